@@ -1,0 +1,76 @@
+"""One module per framework, each with the same small interface (`Backend`).
+
+Adding a framework means adding a module here and a line to `BACKENDS`. Nothing in this
+file imports a framework: a kernel imports only the one it measures.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from benchlib.catalogue import ModelSpec
+
+# framework -> (module, modes it offers)
+BACKENDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "pytorch": ("benchlib.backends.pytorch", ("eager", "torchscript")),
+    "tensorflow": ("benchlib.backends.tensorflow", ("function", "xla")),
+}
+# Keeps transformers from importing the framework that is not measured in this kernel.
+_SILENCE_OTHER = {"pytorch": {"USE_TF": "0", "USE_TORCH": "1"}, "tensorflow": {"USE_TORCH": "0", "USE_TF": "1"}}
+
+
+def modes(framework: str) -> tuple[str, ...]:
+    """The modes `framework` offers."""
+    return BACKENDS[framework][1]
+
+
+class Backend(Protocol):
+    """What the sweep needs from a framework."""
+
+    framework: str
+    mode: str
+    device: str
+
+    def build(self, spec: ModelSpec, scale: str) -> Any:
+        """Build the model with random weights, ready for inference."""
+
+    def make_inputs(self, vocab_size: int, batch_size: int, sequence_length: int, seed: int) -> Any:
+        """Seeded random token ids of shape (batch, sequence) on the device."""
+
+    def prepare(self, model: Any, inputs: Any) -> Callable[[], Any]:
+        """A no-argument call that runs one inference (traced/compiled for this shape if the mode says so)."""
+
+    def sync(self, output: Any) -> None:
+        """Wait for the device to finish the work that produced `output`."""
+
+    def free(self) -> None:
+        """Release cached memory (after an out-of-memory error or a finished model)."""
+
+    def settings(self) -> dict[str, Any]:
+        """Thread and device settings in effect, read back from the framework."""
+
+    def versions(self) -> dict[str, str]:
+        """Versions of the framework and of the libraries it runs on."""
+
+
+def apply_thread_environment(num_threads: int | None) -> None:
+    """Set OpenMP/MKL thread counts; effective only before the framework is imported."""
+    if num_threads:
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            os.environ[name] = str(num_threads)
+
+
+def load_backend(framework: str, mode: str, device: str = "cpu", num_threads: int | None = None) -> Backend:
+    """Import the framework's module and return its backend for `mode` on `device`."""
+    if framework not in BACKENDS:
+        raise ValueError(f"framework must be one of {', '.join(BACKENDS)}, not {framework!r}")
+    if mode not in modes(framework):
+        raise ValueError(f"mode for {framework} must be one of {', '.join(modes(framework))}, not {mode!r}")
+    for name, value in _SILENCE_OTHER[framework].items():
+        os.environ.setdefault(name, value)
+    apply_thread_environment(num_threads)
+    module = importlib.import_module(BACKENDS[framework][0])
+    return module.make_backend(mode=mode, device=device, num_threads=num_threads)

@@ -1,0 +1,118 @@
+"""PyTorch: eager (`model.eval()` under `torch.inference_mode()`) and TorchScript (`torch.jit.trace` per shape)."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+from unittest import mock
+
+import torch
+from transformers import masking_utils
+
+from benchlib.catalogue import ModelSpec
+
+
+def _first_tensor(output: Any) -> torch.Tensor:
+    """The first tensor of a model output (a ModelOutput, a tuple or a tensor)."""
+    if isinstance(output, torch.Tensor):
+        return output
+    return output[0]
+
+
+def _broadcast_for_bhqkv(mask_function: Callable, bh_indices: bool = True) -> Callable:
+    """Drop-in for transformers' `_vmap_for_bhqkv` that broadcasts instead of using `torch.vmap`."""
+
+    def mask(batch_idx: Any, head_idx: Any, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
+        q, kv = q_idx[:, None], kv_idx[None, :]
+        if not bh_indices:
+            return mask_function(batch_idx, head_idx, q, kv).expand(len(q_idx), len(kv_idx))
+        shape = (len(batch_idx), len(head_idx), len(q_idx), len(kv_idx))
+        result = mask_function(batch_idx[:, None, None, None], head_idx[None, :, None, None], q[None, None], kv[None, None])
+        return result.expand(shape)
+
+    return mask
+
+
+@contextlib.contextmanager
+def traceable_masks() -> Iterator[None]:
+    """Compatibility shim for tracing: transformers 4.57 builds causal masks (GPT-2, CTRL, ...)
+    with `torch.vmap` and an indexing mode, which `torch.jit.trace` cannot record
+    ("unordered_map::at"). While tracing, the same mask functions are evaluated by plain
+    broadcasting and indexing, which gives the same mask.
+    """
+    with (
+        mock.patch.object(masking_utils, "_vmap_for_bhqkv", _broadcast_for_bhqkv),
+        mock.patch.object(masking_utils, "TransformGetItemToIndex", contextlib.nullcontext),
+    ):
+        yield
+
+
+@dataclass
+class PyTorchBackend:
+    """Runs catalogue models with PyTorch."""
+
+    mode: str
+    device: str = "cpu"
+    num_threads: int | None = None
+    framework: str = "pytorch"
+
+    def __post_init__(self) -> None:
+        self._device = torch.device(self.device)
+        if self.num_threads:
+            torch.set_num_threads(self.num_threads)
+
+    @property
+    def on_gpu(self) -> bool:
+        return self._device.type == "cuda"
+
+    def build(self, spec: ModelSpec, scale: str) -> torch.nn.Module:
+        overrides = {"torchscript": True, **spec.torchscript_config} if self.mode == "torchscript" else {}
+        config = spec.build_config(scale, **overrides)
+        model = spec.model_class("pytorch")(config)
+        return model.to(self._device).eval()
+
+    def make_inputs(self, vocab_size: int, batch_size: int, sequence_length: int, seed: int) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(seed)
+        ids = torch.randint(0, vocab_size, (batch_size, sequence_length), generator=generator)
+        return ids.to(self._device)
+
+    def prepare(self, model: torch.nn.Module, inputs: torch.Tensor) -> Callable[[], Any]:
+        if self.mode == "torchscript":
+            with torch.inference_mode(), traceable_masks():
+                traced = torch.jit.trace(model, inputs)
+            target = traced
+        else:
+            target = model
+
+        def call() -> Any:
+            with torch.inference_mode():
+                return target(inputs)
+
+        return call
+
+    def sync(self, output: Any) -> None:
+        if self.on_gpu:
+            torch.cuda.synchronize(self._device)
+
+    def free(self) -> None:
+        gc.collect()
+        if self.on_gpu:
+            torch.cuda.empty_cache()
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "num_threads": torch.get_num_threads(),
+            "num_interop_threads": torch.get_num_interop_threads(),
+            "device": str(self._device),
+        }
+
+    def versions(self) -> dict[str, str]:
+        return {"torch": torch.__version__, "cuda": str(torch.version.cuda), "cudnn": str(torch.backends.cudnn.version())}
+
+
+def make_backend(mode: str, device: str = "cpu", num_threads: int | None = None) -> PyTorchBackend:
+    """The PyTorch backend for `mode` on `device`."""
+    return PyTorchBackend(mode=mode, device=device, num_threads=num_threads)

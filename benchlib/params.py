@@ -1,0 +1,93 @@
+"""The parameters of one environment's run, validated before anything is built."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from benchlib.backends import BACKENDS, modes
+from benchlib.catalogue import MODEL_SCALES, load_catalogue
+
+DEVICE_PATTERN = r"cpu|cuda(:\d+)?"
+
+
+class BenchmarkParams(BaseModel):
+    """Environment (framework, mode, device, threads) and grid (models, sizes, timing) of one run."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    environment: str = Field(min_length=1)
+    framework: Literal["pytorch", "tensorflow"]
+    mode: str
+    device: str = "cpu"
+    num_threads: int | None = Field(default=None, ge=1)
+    models: list[str] = Field(min_length=1)
+    model_scale: Literal["full", "tiny"] = "full"
+    batch_sizes: list[int] = Field(min_length=1)
+    sequence_lengths: list[int] = Field(min_length=1)
+    warmup: int = Field(default=1, ge=0)
+    repeat: int = Field(default=30, ge=1)
+    number: int = Field(default=3, ge=1)
+    seed: int = 0
+    output_dir: str = Field(min_length=1)
+
+    @field_validator("models")
+    @classmethod
+    def _known_models(cls, models: list[str]) -> list[str]:
+        catalogue = load_catalogue()
+        unknown = [m for m in models if m not in catalogue]
+        if unknown:
+            raise ValueError(f"unknown model {', '.join(unknown)}; the catalogue has: {', '.join(catalogue)}")
+        return models
+
+    @field_validator("batch_sizes", "sequence_lengths")
+    @classmethod
+    def _positive(cls, sizes: list[int]) -> list[int]:
+        if any(size < 1 for size in sizes):
+            raise ValueError("sizes must be positive integers")
+        return sizes
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, device: str) -> str:
+        if not re.fullmatch(DEVICE_PATTERN, device):
+            raise ValueError(f"device must be cpu, cuda or cuda:N, not {device!r}")
+        return device
+
+    @model_validator(mode="after")
+    def _mode_of_framework(self) -> BenchmarkParams:
+        if self.mode not in modes(self.framework):
+            raise ValueError(f"mode for {self.framework} must be one of {', '.join(modes(self.framework))}, not {self.mode!r}")
+        return self
+
+
+class ParameterError(ValueError):
+    """Parameters that do not validate; the message is one line per problem."""
+
+
+def format_validation_error(error: ValidationError, source: str = "parameters") -> str:
+    """One line per problem: source, field and what is allowed."""
+    lines = []
+    for problem in error.errors():
+        field = ".".join(str(part) for part in problem["loc"]) or "(parameters)"
+        message = problem["msg"].removeprefix("Value error, ")
+        if problem["type"] == "extra_forbidden":
+            message = f"unknown parameter; allowed: {', '.join(BenchmarkParams.model_fields)}"
+        elif problem["type"] == "literal_error" and field == "framework":
+            message = f"must be one of {', '.join(BACKENDS)}"
+        elif problem["type"] == "literal_error" and field == "model_scale":
+            message = f"must be one of {', '.join(MODEL_SCALES)}"
+        lines.append(f"{source}: {field}: {message}")
+    return "\n".join(lines)
+
+
+def validate_params(values: dict[str, Any] | BenchmarkParams, source: str = "parameters") -> BenchmarkParams:
+    """`values` as `BenchmarkParams`; raises ParameterError with one line per problem."""
+    if isinstance(values, BenchmarkParams):
+        return values
+    try:
+        return BenchmarkParams(**values)
+    except ValidationError as error:
+        raise ParameterError(format_validation_error(error, source)) from None

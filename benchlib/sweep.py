@@ -1,0 +1,96 @@
+"""The sweep: every cell of the grid in one environment, one row per cell, written as it finishes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from benchlib import status
+from benchlib.backends import Backend, load_backend
+from benchlib.catalogue import ModelSpec, get_model
+from benchlib.environment_info import describe_environment
+from benchlib.params import BenchmarkParams, validate_params
+from benchlib.results import ENVIRONMENT_FILE, RESULTS_FILE, ResultsWriter, finished_cells, make_row, read_results, write_json
+from benchlib.timing import TimingSpec, measure, time_first_call
+
+Cell = tuple[str, int, int]  # model, batch size, sequence length
+
+
+def grid_cells(params: BenchmarkParams) -> list[Cell]:
+    """Every cell of the grid, in the order it is measured: model, then batch size, then sequence length."""
+    return [(m, b, s) for m in params.models for b in params.batch_sizes for s in params.sequence_lengths]
+
+
+def measure_cell(backend: Backend, model: Any, spec: ModelSpec, params: BenchmarkParams, batch_size: int, sequence_length: int) -> tuple[str, Any, str]:
+    """Time one cell on a built model: (status, measurement or None, reason)."""
+    try:
+        inputs = backend.make_inputs(spec.vocab_size(params.model_scale), batch_size, sequence_length, params.seed)
+        call, first_call_s = time_first_call(lambda: backend.prepare(model, inputs), backend.sync)
+        timing = TimingSpec(warmup=params.warmup, repeat=params.repeat, number=params.number)
+        return status.OK, measure(call, timing, backend.sync, first_call_s=first_call_s), ""
+    except Exception as exc:  # any failure ends this cell only
+        return (status.OOM if status.is_out_of_memory(exc) else status.ERROR), None, status.describe(exc)
+
+
+def sweep_model(backend: Backend, spec: ModelSpec, params: BenchmarkParams, shapes: list[tuple[int, int]], emit: Callable[..., None]) -> None:
+    """Measure `shapes` of one model, building it once and only if a shape needs it."""
+    unsupported = spec.unsupported_reason(params.framework, params.mode)
+    model, build_failure = None, None
+    for batch_size, sequence_length in shapes:
+        cell = (spec.name, batch_size, sequence_length)
+        if not spec.fits(sequence_length):
+            emit(cell, status.TOO_LONG, reason=f"longer than the model's maximum of {spec.max_sequence_length} positions")
+        elif unsupported:
+            emit(cell, status.UNSUPPORTED, reason=unsupported)
+        else:
+            if model is None and build_failure is None:
+                try:
+                    model = backend.build(spec, params.model_scale)
+                except Exception as exc:  # the model's cells fail, the sweep goes on
+                    build_failure = (status.OOM if status.is_out_of_memory(exc) else status.ERROR, f"building the model: {status.describe(exc)}")
+            if build_failure:
+                backend.free()
+                emit(cell, build_failure[0], reason=build_failure[1])
+                continue
+            state, measurement, reason = measure_cell(backend, model, spec, params, batch_size, sequence_length)
+            if state != status.OK:
+                backend.free()
+            emit(cell, state, measurement, reason)
+    del model
+    backend.free()
+
+
+def run_environment(params: dict[str, Any] | BenchmarkParams, progress: bool = True) -> pd.DataFrame:
+    """Measure every cell of one environment's grid; rows go to `<output_dir>/results.csv` as they finish.
+
+    Cells that already have a row in that file are not measured again. Returns all rows.
+    """
+    params = validate_params(params)
+    output_dir = Path(params.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    results_path = output_dir / RESULTS_FILE
+    done = finished_cells(read_results(results_path)) if results_path.exists() and results_path.stat().st_size else set()
+    todo = [cell for cell in grid_cells(params) if cell not in done]
+
+    backend = load_backend(params.framework, params.mode, params.device, params.num_threads)
+    write_json(output_dir / ENVIRONMENT_FILE, describe_environment(params.model_dump(), backend.settings(), backend.versions()))
+    environment = {key: getattr(params, key) for key in ("environment", "framework", "mode", "device", "model_scale")}
+
+    with ResultsWriter(output_dir) as writer, tqdm(total=len(todo), desc=params.environment, disable=not progress) as bar:
+
+        def emit(cell: Cell, state: str, measurement: Any = None, reason: str = "") -> None:
+            model, batch_size, sequence_length = cell
+            row = {**environment, "model": model, "batch_size": batch_size, "sequence_length": sequence_length}
+            writer.append(make_row(row, state, measurement, reason))
+            bar.set_postfix_str(f"{model} {batch_size}x{sequence_length} {state}")
+            bar.update()
+
+        for name in dict.fromkeys(model for model, _, _ in todo):
+            shapes = [(b, s) for model, b, s in todo if model == name]
+            bar.set_postfix_str(f"{name} building")
+            sweep_model(backend, get_model(name), params, shapes, emit)
+    return read_results(results_path)
