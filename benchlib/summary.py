@@ -1,0 +1,561 @@
+"""The summary's tables: pure pandas functions over the rows of one or more runs.
+
+Environments are compared within one device type (cpu, cuda) on one machine. A cell's
+time enters a comparison only when the cell is `ok` in every environment compared; every
+other status is counted as excluded, never read as zero.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import operator
+import os
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from benchlib import status
+from benchlib.results import CELL_KEY, ENVIRONMENT_FILE, RESULTS_FILE, read_results
+
+GROUP: tuple[str, ...] = ("device_type", "machine")
+NOT_MEASURED = "not measured"  # a cell without a row in an environment (a partial run)
+ALL_MODELS = "all models"
+UNKNOWN_MACHINE = "unknown machine"
+
+# The 2019 script's CSV: these columns, in this order, "N/A" where there is no time.
+SHAPES_2019: tuple[str, ...] = tuple(f"{b}x{s}" for b in (1, 2, 4, 8) for s in (8, 64, 128, 256, 512, 1024))
+COLUMNS_2019: tuple[str, ...] = ("model", *SHAPES_2019)
+
+AVERAGES_COLUMNS: tuple[str, ...] = (
+    "device", "machine", "environment", "framework", "mode", "mean_s", "cells_used", "cells_excluded", "naive_mean_s",
+)  # fmt: skip
+DISTILLED_PAIRS: tuple[tuple[str, str], ...] = (("distilbert-base-uncased", "bert-base-cased"), ("distilgpt2", "gpt2"))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Two (framework, mode) pairs compared cell by cell on one device and machine: other / base."""
+
+    title: str
+    base: tuple[str, str]
+    other: tuple[str, str]
+    base_label: str
+    other_label: str
+
+
+COMPARISONS: dict[str, Comparison] = {
+    "pytorch_vs_tensorflow": Comparison("PyTorch against TensorFlow", ("pytorch", "eager"), ("tensorflow", "function"), "pytorch", "tensorflow"),
+    "torchscript_vs_eager": Comparison("TorchScript against eager PyTorch", ("pytorch", "eager"), ("pytorch", "torchscript"), "eager", "torchscript"),
+    "xla_vs_function": Comparison("XLA against tf.function", ("tensorflow", "function"), ("tensorflow", "xla"), "function", "xla"),
+}  # fmt: skip
+
+
+# ---------------------------------------------------------------- loading runs
+
+
+def machine_label(environment: dict[str, Any], device: str) -> str:
+    """A readable name for the hardware behind `device`: the GPU's name on cuda, else the CPU and its cores."""
+    machine = environment.get("machine") or {}
+    if device.split(":")[0] == "cuda":
+        gpus = machine.get("gpus") or []
+        index = int(device.split(":")[1]) if ":" in device else 0
+        if gpus:
+            gpu = gpus[min(index, len(gpus) - 1)]
+            return " ".join(str(part) for part in (gpu.get("name"), gpu.get("memory")) if part)
+        return UNKNOWN_MACHINE
+    cpu = " ".join(str(machine.get("cpu") or "").split())
+    cores = machine.get("affinity_cores") or machine.get("logical_cores")
+    if not cpu:
+        return UNKNOWN_MACHINE
+    return f"{cpu}, {cores} cores" if cores else cpu
+
+
+def _environment_rows(env_dir: Path, run: str) -> pd.DataFrame:
+    """The rows of one environment folder, with `run` and `machine` added (last row per cell kept)."""
+    rows = read_results(env_dir / RESULTS_FILE)
+    info_path = env_dir / ENVIRONMENT_FILE
+    info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.exists() else {}
+    # A row cut off by a killed writer has no status or shape: it is not a finished cell.
+    rows = rows.dropna(subset=["model", "batch_size", "sequence_length", "status"])
+    rows = rows.drop_duplicates(subset=["environment", *CELL_KEY], keep="last")
+    devices = rows["device"].astype(str)
+    return rows.assign(run=run, machine=[machine_label(info, d) for d in devices])
+
+
+def environment_dirs(run_dir: str | os.PathLike[str]) -> list[Path]:
+    """The environment folders of a run: every `<run_dir>/<env>/` with a results.csv (or the run itself)."""
+    run_dir = Path(run_dir)
+    own = [run_dir] if (run_dir / RESULTS_FILE).is_file() else []
+    return own + sorted(p.parent for p in run_dir.glob(f"*/{RESULTS_FILE}"))
+
+
+def load_run(run_dir: str | os.PathLike[str]) -> pd.DataFrame:
+    """Every row of a run's environments, with `run`, `machine` and `device_type` columns added."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"run_dirs: {run_dir} is not a folder")
+    frames = [_environment_rows(env_dir, run_dir.name) for env_dir in environment_dirs(run_dir)]
+    frames = [frame for frame in frames if not frame.empty]
+    if not frames:
+        return _prepare(pd.DataFrame(columns=["environment", "framework", "mode", "device", "run", "machine", "status", "mean_s", *CELL_KEY]))
+    return _prepare(pd.concat(frames, ignore_index=True))
+
+
+def load_runs(run_dirs: Iterable[str | os.PathLike[str]]) -> pd.DataFrame:
+    """The rows of several runs. An environment name found in more than one run becomes `<env>@<run>`."""
+    frames = [load_run(run_dir) for run_dir in run_dirs]
+    if not frames:
+        raise ValueError("run_dirs: give at least one run folder")
+    rows = pd.concat(frames, ignore_index=True)
+    runs_per_env = rows.groupby("environment")["run"].nunique()
+    shared = set(runs_per_env[runs_per_env > 1].index)
+    rows["environment"] = [f"{env}@{run}" if env in shared else env for env, run in zip(rows["environment"], rows["run"])]
+    return rows
+
+
+def default_run_dirs(outputs: str | os.PathLike[str] | None = None) -> list[Path]:
+    """The newest run under `outputs/` that has results, else `outputs/reference`."""
+    outputs = Path(outputs) if outputs is not None else Path(__file__).resolve().parent.parent / "outputs"
+    runs = [p for p in outputs.glob("*") if p.is_dir() and p.name != "reference" and environment_dirs(p)]
+    if runs:
+        return [max(runs, key=lambda run: max((d / RESULTS_FILE).stat().st_mtime for d in environment_dirs(run)))]
+    if (outputs / "reference").is_dir():
+        return [outputs / "reference"]
+    raise FileNotFoundError(f"run_dirs: no run with results under {outputs}; run `python -m benchlib run` or pass run folders")
+
+
+def _prepare(rows: pd.DataFrame) -> pd.DataFrame:
+    """`rows` with `device_type` (cpu, cuda) and `machine` filled in where missing, sizes as integers."""
+    rows = rows.copy()
+    if "machine" not in rows:
+        rows["machine"] = UNKNOWN_MACHINE
+    rows["device_type"] = [str(d).split(":")[0] for d in rows["device"]]
+    rows["mean_s"] = pd.to_numeric(rows["mean_s"], errors="coerce")
+    for column in ("batch_size", "sequence_length"):
+        rows[column] = rows[column].astype(int)
+    return rows
+
+
+def _groups(rows: pd.DataFrame) -> Iterable[tuple[str, str, pd.DataFrame]]:
+    """(device type, machine, rows) for every device type and machine, in order of appearance."""
+    for (device, machine), group in rows.groupby(list(GROUP), sort=False):
+        yield device, machine, group
+
+
+def shape_name(batch_size: int, sequence_length: int) -> str:
+    """The study's name for a shape: `<batch>x<sequence>`."""
+    return f"{batch_size}x{sequence_length}"
+
+
+def _statuses(group: pd.DataFrame) -> pd.DataFrame:
+    """Cell × environment: the status of each cell in each environment, `not measured` where it has no row."""
+    table = group.pivot_table(index=list(CELL_KEY), columns="environment", values="status", aggfunc="last", sort=False)
+    environments = list(dict.fromkeys(group["environment"]))
+    return table.reindex(columns=environments).fillna(NOT_MEASURED)
+
+
+# ---------------------------------------------------------------- 1. framework averages
+
+
+def status_counts(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per environment: device, machine, model scale, number of rows and of each status."""
+    rows = _prepare(rows)
+    keys = ["device_type", "machine", "environment", "framework", "mode"] + (["model_scale"] if "model_scale" in rows else [])
+    counts = rows.groupby(keys, sort=False)["status"].value_counts().unstack(fill_value=0)
+    present = [s for s in status.STATUSES if s in counts] + [s for s in counts if s not in status.STATUSES]
+    counts = counts.reindex(columns=present).reset_index()
+    counts.insert(len(keys), "rows", counts[present].sum(axis=1))
+    counts.columns.name = None
+    return counts.rename(columns={"device_type": "device"})
+
+
+def framework_averages(rows: pd.DataFrame) -> pd.DataFrame:
+    """The study's average time per environment, over the cells `ok` in every environment of its device and machine.
+
+    `cells_used` is the number of those cells, `cells_excluded` the number of the other cells
+    seen on that device and machine (a non-`ok` status, or no row yet, in some environment), and
+    `naive_mean_s` each environment's mean over its own `ok` cells.
+    """
+    rows = _prepare(rows)
+    records = []
+    for device, machine, group in _groups(rows):
+        statuses = _statuses(group)
+        common = statuses.index[(statuses == status.OK).all(axis=1)]
+        for environment, env_rows in group.groupby("environment", sort=False):
+            ok = env_rows[env_rows["status"] == status.OK].set_index(list(CELL_KEY))["mean_s"]
+            used = ok.reindex(common)
+            records.append({
+                "device": device, "machine": machine, "environment": environment,
+                "framework": env_rows["framework"].iloc[0], "mode": env_rows["mode"].iloc[0],
+                "mean_s": used.mean() if len(common) else math.nan,
+                "cells_used": len(common), "cells_excluded": len(statuses) - len(common),
+                "naive_mean_s": ok.mean() if len(ok) else math.nan,
+            })  # fmt: skip
+    return pd.DataFrame(records, columns=list(AVERAGES_COLUMNS))
+
+
+def excluded_cells(rows: pd.DataFrame) -> pd.DataFrame:
+    """The cells left out of the averages, with each non-`ok` status and its reason, one line per environment."""
+    rows = _prepare(rows)
+    records = []
+    for device, machine, group in _groups(rows):
+        statuses = _statuses(group)
+        reasons = group.set_index(["environment", *CELL_KEY])["reason"] if "reason" in group else pd.Series(dtype=str)
+        for cell, cell_statuses in statuses[(statuses != status.OK).any(axis=1)].iterrows():
+            model, batch_size, sequence_length = cell
+            for environment, state in cell_statuses.items():
+                if state != status.OK:
+                    records.append({
+                        "device": device, "machine": machine, "model": model,
+                        "shape": shape_name(batch_size, sequence_length), "environment": environment,
+                        "status": state, "reason": reasons.get((environment, *cell), ""),
+                    })  # fmt: skip
+    return pd.DataFrame(records, columns=["device", "machine", "model", "shape", "environment", "status", "reason"])
+
+
+# ---------------------------------------------------------------- 2-4. paired comparisons
+
+
+def _environments_of(group: pd.DataFrame, framework: str, mode: str) -> list[str]:
+    chosen = group[(group["framework"] == framework) & (group["mode"] == mode)]
+    return list(dict.fromkeys(chosen["environment"]))
+
+
+def paired_cells(rows: pd.DataFrame, comparison: Comparison | str) -> pd.DataFrame:
+    """Every cell of both sides of `comparison` on each device and machine, with `ratio` = other / base where both are `ok`."""
+    if isinstance(comparison, str):
+        comparison = COMPARISONS[comparison]
+    rows = _prepare(rows)
+    frames = []
+    for device, machine, group in _groups(rows):
+        for base_env in _environments_of(group, *comparison.base):
+            for other_env in _environments_of(group, *comparison.other):
+                sides = [group[group["environment"] == env].set_index(list(CELL_KEY))[["status", "mean_s"]] for env in (base_env, other_env)]
+                order = list(dict.fromkeys([*sides[0].index, *sides[1].index]))
+                cells = sides[0].merge(sides[1], how="outer", left_index=True, right_index=True, suffixes=("_base", "_other")).reindex(order).reset_index()
+                cells[["status_base", "status_other"]] = cells[["status_base", "status_other"]].fillna(NOT_MEASURED)
+                frames.append(cells.assign(device=device, machine=machine, base_environment=base_env, other_environment=other_env))
+    columns = ["device", "machine", "base_environment", "other_environment", *CELL_KEY, "shape",
+               "base_status", "other_status", "base_s", "other_s", "paired", "ratio"]  # fmt: skip
+    if not frames:
+        return pd.DataFrame(columns=columns)
+    cells = pd.concat(frames, ignore_index=True).rename(
+        columns={"status_base": "base_status", "status_other": "other_status", "mean_s_base": "base_s", "mean_s_other": "other_s"}
+    )
+    cells["shape"] = [shape_name(b, s) for b, s in zip(cells["batch_size"], cells["sequence_length"])]
+    cells["paired"] = (cells["base_status"] == status.OK) & (cells["other_status"] == status.OK)
+    cells["ratio"] = (cells["other_s"] / cells["base_s"]).where(cells["paired"])
+    return cells[columns]
+
+
+def geometric_mean(values: Iterable[float]) -> float:
+    """The geometric mean of positive values (NaN when there are none)."""
+    values = np.asarray(list(values), dtype=float)
+    return float(np.exp(np.log(values).mean())) if len(values) else math.nan
+
+
+def _pair_statistics(cells: pd.DataFrame, label_model: bool) -> dict[str, Any]:
+    paired = cells[cells["paired"]]
+    ratios = paired["ratio"]
+    stats: dict[str, Any] = {
+        "cells": len(paired), "cells_excluded": len(cells) - len(paired),
+        "geomean_ratio": geometric_mean(ratios),
+        "mean_change_pct": float((ratios - 1).mean() * 100) if len(paired) else math.nan,
+        "largest_reduction_pct": math.nan, "largest_reduction_shape": "",
+    }  # fmt: skip
+    if len(paired):
+        best = paired.loc[ratios.idxmin()]
+        stats["largest_reduction_pct"] = float((1 - best["ratio"]) * 100)
+        stats["largest_reduction_shape"] = f"{best['model']} {best['shape']}" if label_model else best["shape"]
+    return stats
+
+
+def comparison_summary(rows: pd.DataFrame, comparison: Comparison | str) -> pd.DataFrame:
+    """Per model and over all models (`all models`): paired cells, excluded cells and statistics of other / base."""
+    if isinstance(comparison, str):
+        comparison = COMPARISONS[comparison]
+    cells = paired_cells(rows, comparison)
+    keys = ["device", "machine", "base_environment", "other_environment"]
+    records = []
+    for key, pair in cells.groupby(keys, sort=False):
+        for model, model_cells in pair.groupby("model", sort=False):
+            records.append({**dict(zip(keys, key)), "model": model, **_pair_statistics(model_cells, label_model=False)})
+        records.append({**dict(zip(keys, key)), "model": ALL_MODELS, **_pair_statistics(pair, label_model=True)})
+    columns = [*keys, "model", "cells", "cells_excluded", "geomean_ratio", "mean_change_pct", "largest_reduction_pct", "largest_reduction_shape"]
+    table = pd.DataFrame(records, columns=columns)
+    return table.rename(columns={"base_environment": comparison.base_label, "other_environment": comparison.other_label})
+
+
+def pytorch_vs_tensorflow(rows: pd.DataFrame) -> pd.DataFrame:
+    """2. Eager PyTorch against TensorFlow (tf.function): geometric mean of the per-cell ratio TF / PT."""
+    table = comparison_summary(rows, "pytorch_vs_tensorflow").rename(columns={"geomean_ratio": "tf_over_pt"})
+    return table[["device", "machine", "pytorch", "tensorflow", "model", "cells", "cells_excluded", "tf_over_pt"]]
+
+
+def torchscript_vs_eager(rows: pd.DataFrame) -> pd.DataFrame:
+    """3. TorchScript against eager PyTorch: mean per-cell change in time (%; negative = TorchScript faster)."""
+    table = comparison_summary(rows, "torchscript_vs_eager")
+    return table[["device", "machine", "eager", "torchscript", "model", "cells", "cells_excluded", "mean_change_pct"]]
+
+
+def xla_vs_function(rows: pd.DataFrame) -> pd.DataFrame:
+    """4. XLA against tf.function: speedup (geometric mean of function / XLA) and the largest reduction in time, with its shape."""
+    table = comparison_summary(rows, "xla_vs_function")
+    table.insert(table.columns.get_loc("geomean_ratio"), "speedup", 1 / table["geomean_ratio"])
+    return table[["device", "machine", "function", "xla", "model", "cells", "cells_excluded", "speedup", "largest_reduction_pct", "largest_reduction_shape"]]
+
+
+# ---------------------------------------------------------------- 5. distilled models
+
+
+def distilled_pairs(rows: pd.DataFrame, pairs: Iterable[tuple[str, str]] = DISTILLED_PAIRS) -> pd.DataFrame:
+    """Per cell shape of each environment: student time / teacher time where both are `ok`."""
+    rows = _prepare(rows)
+    frames = []
+    for student, teacher in pairs:
+        sides = [rows[rows["model"] == m].set_index(["device_type", "machine", "environment", "batch_size", "sequence_length"])[["status", "mean_s"]] for m in (student, teacher)]
+        cells = sides[0].merge(sides[1], how="inner", left_index=True, right_index=True, suffixes=("_student", "_teacher")).reset_index()
+        frames.append(cells.assign(student=student, teacher=teacher))
+    columns = ["device", "machine", "environment", "student", "teacher", "batch_size", "sequence_length", "paired", "ratio"]
+    if not frames or all(frame.empty for frame in frames):
+        return pd.DataFrame(columns=columns)
+    cells = pd.concat([frame for frame in frames if not frame.empty], ignore_index=True).rename(columns={"device_type": "device"})
+    cells["paired"] = (cells["status_student"] == status.OK) & (cells["status_teacher"] == status.OK)
+    cells["ratio"] = (cells["mean_s_student"] / cells["mean_s_teacher"]).where(cells["paired"])
+    return cells[columns]
+
+
+def distilled_vs_teacher(rows: pd.DataFrame) -> pd.DataFrame:
+    """5. distilbert-base-uncased / bert-base-cased and distilgpt2 / gpt2: geometric mean time ratio on matching cells."""
+    cells = distilled_pairs(rows)
+    keys = ["device", "machine", "environment", "student", "teacher"]
+    records = [
+        {**dict(zip(keys, key)), "cells": int(group["paired"].sum()), "cells_excluded": int((~group["paired"]).sum()),
+         "student_over_teacher": geometric_mean(group.loc[group["paired"], "ratio"])}
+        for key, group in cells.groupby(keys, sort=False)
+    ]  # fmt: skip
+    return pd.DataFrame(records, columns=[*keys, "cells", "cells_excluded", "student_over_teacher"])
+
+
+# ---------------------------------------------------------------- 6. the study's spreadsheet
+
+
+def environments(rows: pd.DataFrame) -> list[str]:
+    """The environments of `rows`, in order of appearance."""
+    return list(dict.fromkeys(rows["environment"]))
+
+
+def spreadsheet(rows: pd.DataFrame, environment: str, digits: int | None = None) -> pd.DataFrame:
+    """6. One environment as the study's spreadsheet: model × `<batch>x<sequence>`, mean seconds or the status.
+
+    With `digits`, times are strings with that many significant digits (for display).
+    """
+    env_rows = _prepare(rows[rows["environment"] == environment])
+    if env_rows.empty:
+        raise ValueError(f"environment: {environment!r} has no rows; the rows have: {', '.join(environments(rows))}")
+    shapes = [shape_name(b, s) for b, s in sorted(set(zip(env_rows["batch_size"], env_rows["sequence_length"])))]
+    table = pd.DataFrame(index=pd.Index(list(dict.fromkeys(env_rows["model"])), name="model"), columns=shapes, dtype=object)
+    for row in env_rows.itertuples():
+        value = row.mean_s if row.status == status.OK else row.status
+        if digits is not None and row.status == status.OK:
+            value = f"{value:.{digits}g}"
+        table.loc[row.model, shape_name(row.batch_size, row.sequence_length)] = value
+    return table.fillna(NOT_MEASURED)
+
+
+def spreadsheet_2019_csv(rows: pd.DataFrame, environment: str) -> str:
+    """6. One environment in exactly the 2019 script's CSV layout: `model,1x8,...,8x1024`, `N/A` where there is no time.
+
+    Shapes outside the 2019 grid have no column there; they are in `spreadsheet`.
+    """
+    table = spreadsheet(rows, environment)
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=COLUMNS_2019)
+    writer.writeheader()
+    for model, cells in table.iterrows():
+        line = {shape: "N/A" for shape in SHAPES_2019}
+        line.update({shape: float(value) for shape, value in cells.items() if shape in line and not isinstance(value, str)})
+        writer.writerow({"model": model, **line})
+    return out.getvalue()
+
+
+def write_spreadsheet_2019(rows: pd.DataFrame, environment: str, output_dir: str | os.PathLike[str]) -> Path:
+    """Write `tables/spreadsheet_2019_<environment>.csv` under `output_dir`; returns its path."""
+    path = Path(output_dir) / "tables" / f"spreadsheet_2019_{_slug(environment)}.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as file:
+        file.write(spreadsheet_2019_csv(rows, environment))
+    return path
+
+
+# ---------------------------------------------------------------- 7. the 2019 claims
+
+
+@cache
+def load_claims() -> dict[str, Any]:
+    """The study's claims and their source (`benchlib/data/claims_2019.yaml`)."""
+    return yaml.safe_load(resources.files("benchlib").joinpath("data/claims_2019.yaml").read_text(encoding="utf-8"))
+
+
+Metric = Callable[..., tuple[float | None, str]]
+
+
+def _paired_or_why(group: pd.DataFrame, name: str) -> tuple[pd.DataFrame, str]:
+    comparison = COMPARISONS[name]
+    cells = paired_cells(group, comparison)
+    for side in (comparison.base, comparison.other):
+        if not _environments_of(group, *side):
+            return cells.iloc[:0], f"no {side[0]} ({side[1]}) environment"
+    if not cells["paired"].any():
+        return cells.iloc[:0], f"no cell is ok in both {comparison.title.replace(' against ', ' and ')}"
+    return cells, ""
+
+
+def _tf_over_pt_mean(group: pd.DataFrame) -> tuple[float | None, str]:
+    cells, why = _paired_or_why(group, "pytorch_vs_tensorflow")
+    if why:
+        return None, why
+    paired = cells[cells["paired"]]
+    pt, tf = paired["base_s"].mean(), paired["other_s"].mean()
+    return tf / pt, f"PyTorch {pt:.4g} s, TensorFlow {tf:.4g} s over {len(paired)} cells ok in both"
+
+
+def _torchscript_change_pct(group: pd.DataFrame) -> tuple[float | None, str]:
+    cells, why = _paired_or_why(group, "torchscript_vs_eager")
+    if why:
+        return None, why
+    stats = _pair_statistics(cells, label_model=True)
+    return stats["mean_change_pct"], f"over {stats['cells']} cells ok in both"
+
+
+def _xla_speedup(group: pd.DataFrame) -> tuple[float | None, str]:
+    cells, why = _paired_or_why(group, "xla_vs_function")
+    if why:
+        return None, why
+    stats = _pair_statistics(cells, label_model=True)
+    return 1 / stats["geomean_ratio"], f"over {stats['cells']} cells ok in both"
+
+
+def _xla_largest_reduction_pct(group: pd.DataFrame) -> tuple[float | None, str]:
+    cells, why = _paired_or_why(group, "xla_vs_function")
+    if why:
+        return None, why
+    stats = _pair_statistics(cells, label_model=True)
+    return stats["largest_reduction_pct"], f"at {stats['largest_reduction_shape']}, over {stats['cells']} cells ok in both"
+
+
+def _distilled_ratio(group: pd.DataFrame, student: str, teacher: str) -> tuple[float | None, str]:
+    missing = [m for m in (student, teacher) if m not in set(group["model"])]
+    if missing:
+        return None, f"{' and '.join(missing)} not measured"
+    cells = distilled_pairs(group, [(student, teacher)])
+    paired = cells[cells["paired"]]
+    if paired.empty:
+        return None, f"no cell is ok for both {student} and {teacher}"
+    return geometric_mean(paired["ratio"]), f"over {len(paired)} matching cells in {paired['environment'].nunique()} environments"
+
+
+def _oom_earlier(group: pd.DataFrame) -> tuple[float | None, str]:
+    cells, why = _paired_or_why(group, "pytorch_vs_tensorflow")
+    if why:
+        return None, why
+    if not ((cells["base_status"] == status.OOM) | (cells["other_status"] == status.OOM)).any():
+        return None, "no cell ran out of memory in either framework"
+    pt_only = int(((cells["base_status"] == status.OOM) & (cells["other_status"] == status.OK)).sum())
+    tf_only = int(((cells["other_status"] == status.OOM) & (cells["base_status"] == status.OK)).sum())
+    return float(pt_only - tf_only), f"{pt_only} cells out of memory in PyTorch only, {tf_only} in TensorFlow only"
+
+
+METRICS: dict[str, Metric] = {
+    "tf_over_pt_mean": _tf_over_pt_mean,
+    "torchscript_change_pct": _torchscript_change_pct,
+    "xla_speedup": _xla_speedup,
+    "xla_largest_reduction_pct": _xla_largest_reduction_pct,
+    "distilled_ratio": _distilled_ratio,
+    "oom_earlier": _oom_earlier,
+}
+_OPERATORS = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt}
+
+
+def passes(value: float, holds_if: str) -> bool:
+    """Whether `value` passes a rule such as `>= 1.05`."""
+    match = re.fullmatch(r"\s*(<=|>=|<|>)\s*(-?[0-9.]+)\s*", holds_if)
+    if not match:
+        raise ValueError(f"holds_if must be <=, >=, < or > and a number, not {holds_if!r}")
+    return _OPERATORS[match.group(1)](value, float(match.group(2)))
+
+
+CLAIMS_COLUMNS: tuple[str, ...] = ("claim", "device", "machine", "measure", "value_2019", "value_this_run", "holds_if", "holds", "detail")
+
+
+def claims_table(rows: pd.DataFrame, claims: dict[str, Any] | None = None) -> pd.DataFrame:
+    """7. Each 2019 claim checked on each device and machine it applies to: `holds` is yes, no or not checked."""
+    claims = claims or load_claims()
+    rows = _prepare(rows)
+    groups = list(_groups(rows))
+    records = []
+    for claim in claims["claims"]:
+        device = claim.get("device", "any")
+        base = {key: claim.get(key) for key in ("claim", "measure", "value_2019", "holds_if")}
+        targets = [(d, m, g) for d, m, g in groups if device in ("any", d)]
+        if not targets:
+            records.append({**base, "device": device, "machine": "", "value_this_run": math.nan, "holds": "not checked",
+                            "detail": f"no {device} environment in these runs" if device != "any" else "no results"})  # fmt: skip
+        for d, machine, group in targets:
+            value, detail = METRICS[claim["metric"]](group, **claim.get("args", {}))
+            holds = "not checked" if value is None else ("yes" if passes(value, claim["holds_if"]) else "no")
+            records.append({**base, "device": d, "machine": machine, "value_this_run": math.nan if value is None else value, "holds": holds, "detail": detail})
+    table = pd.DataFrame(records, columns=list(CLAIMS_COLUMNS))
+    table["value_2019"] = pd.to_numeric(table["value_2019"])
+    return table
+
+
+# ---------------------------------------------------------------- what cannot be compared
+
+
+def missing_comparisons(rows: pd.DataFrame, table: str | None = None) -> list[str]:
+    """One sentence per comparison these rows cannot give, and why.
+
+    `table` keeps the sentences of one table: a key of COMPARISONS, `distilled_vs_teacher` or `devices`.
+    """
+    rows = _prepare(rows)
+    if rows.empty:
+        return ["These runs have no results yet: every table is left out."]
+    found = [("devices", f"There is no {device} environment in these runs.") for device in ("cpu", "cuda") if device not in set(rows["device_type"])]
+    for device, machine, group in _groups(rows):
+        where = f"on {device} ({machine})"
+        for name, comparison in COMPARISONS.items():
+            absent = [f"{framework} ({mode})" for framework, mode in (comparison.base, comparison.other) if not _environments_of(group, framework, mode)]
+            if absent:
+                found.append((name, f"No {' or '.join(absent)} environment {where}: {comparison.title} is left out there."))
+        for student, teacher in DISTILLED_PAIRS:
+            absent = [m for m in (student, teacher) if m not in set(group["model"])]
+            if absent:
+                found.append(("distilled_vs_teacher", f"{' and '.join(absent)} not measured {where}: no {student} / {teacher} ratio there."))
+    return [sentence for key, sentence in found if table in (None, key)]
+
+
+# ---------------------------------------------------------------- files
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "table"
+
+
+def save_table(table: pd.DataFrame, output_dir: str | os.PathLike[str], name: str) -> Path:
+    """Write `table` as `tables/<name>.csv` under `output_dir`; returns its path."""
+    path = Path(output_dir) / "tables" / f"{_slug(name)}.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(path, index=not isinstance(table.index, pd.RangeIndex))
+    return path

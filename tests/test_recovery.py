@@ -1,0 +1,79 @@
+"""Recovery pieces: the cell in flight, a cut-off last row, results set aside, the folder lock."""
+
+from __future__ import annotations
+
+import multiprocessing
+
+import pytest
+
+from benchlib.locking import FolderInUseError, check_free, environment_lock
+from benchlib.recovery import (
+    CUTOFF_FILE, mark_in_flight, read_in_flight, record_crash, repair_results, set_aside_results,
+)  # fmt: skip
+from benchlib.results import ResultsWriter, make_row, read_results
+
+CELL = dict(environment="cpu-pytorch", framework="pytorch", mode="eager", device="cpu", model_scale="tiny")
+
+
+def write_rows(folder, count):
+    with ResultsWriter(folder) as writer:
+        for batch in range(1, count + 1):
+            writer.append(make_row({**CELL, "model": "gpt2", "batch_size": batch, "sequence_length": 8}, "too_long"))
+
+
+def test_cut_off_last_row_is_set_aside(tmp_path):
+    write_rows(tmp_path, 2)
+    path = tmp_path / "results.csv"
+    whole = path.read_bytes()
+    path.write_bytes(whole + b"cpu-pytorch,pytorch,eager,cpu,gpt2,tiny,3,8,o")  # killed mid-write
+    assert repair_results(path) == "cpu-pytorch,pytorch,eager,cpu,gpt2,tiny,3,8,o"
+    assert path.read_bytes() == whole
+    assert "gpt2,tiny,3,8,o" in (tmp_path / CUTOFF_FILE).read_text()
+    assert len(read_results(tmp_path)) == 2
+    assert repair_results(path) is None  # a whole file is left alone
+
+
+def test_crash_of_the_cell_in_flight_becomes_a_crashed_row(tmp_path):
+    write_rows(tmp_path, 1)
+    assert record_crash(tmp_path, "kernel died") is None  # nothing in flight: nothing to record
+    mark_in_flight(tmp_path, {**CELL, "model": "ctrl", "batch_size": 8, "sequence_length": 256})
+    assert read_in_flight(tmp_path)["model"] == "ctrl"
+    assert record_crash(tmp_path, "DeadKernelError: Kernel died")["batch_size"] == 8
+    rows = read_results(tmp_path)
+    assert rows.status.tolist() == ["too_long", "crashed"]
+    assert rows.reason[1].startswith("DeadKernelError: Kernel died (measuring since ")
+    assert read_in_flight(tmp_path) is None
+
+
+def test_force_sets_results_aside_without_losing_them(tmp_path):
+    write_rows(tmp_path, 3)
+    aside = set_aside_results(tmp_path)
+    assert aside.name.startswith("results.") and len(read_results(aside)) == 3
+    assert not (tmp_path / "results.csv").exists()
+    assert set_aside_results(tmp_path) is None
+
+
+def _hold_lock(folder, ready, release):
+    with environment_lock(folder):
+        ready.set()
+        release.wait(30)
+
+
+def test_a_second_writer_is_refused(tmp_path):
+    context = multiprocessing.get_context("spawn")
+    ready, release = context.Event(), context.Event()
+    holder = context.Process(target=_hold_lock, args=(tmp_path, ready, release))
+    holder.start()
+    try:
+        assert ready.wait(60)
+        with pytest.raises(FolderInUseError, match=f"{tmp_path} is in use by pid {holder.pid}"):
+            check_free(tmp_path)
+        with pytest.raises(FolderInUseError):
+            with environment_lock(tmp_path):
+                pass
+    finally:
+        release.set()
+        holder.join(30)
+    check_free(tmp_path)  # released with its process
+    with environment_lock(tmp_path):
+        pass

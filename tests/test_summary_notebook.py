@@ -1,0 +1,93 @@
+"""The summary notebook executed through papermill (render_summary) on a small real run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+import pytest
+
+from benchlib.report import render_summary
+from benchlib.summary import AVERAGES_COLUMNS, COLUMNS_2019
+
+ENVIRONMENTS = {
+    "cpu-pytorch": ("pytorch", "eager"),
+    "cpu-torchscript": ("pytorch", "torchscript"),
+    "cpu-tensorflow": ("tensorflow", "function"),
+    "cpu-tensorflow-xla": ("tensorflow", "xla"),
+}
+MEASURE = "import json, sys, benchlib; benchlib.run_environment(json.loads(sys.argv[1]), progress=False)"
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Four CPU environments, each measured in its own process: tiny models, batch 1, sequence 8 and 300 (too long for ctrl)."""
+    run = tmp_path_factory.mktemp("run")
+    for environment, (framework, mode) in ENVIRONMENTS.items():
+        params = {
+            "environment": environment, "framework": framework, "mode": mode, "num_threads": 1,
+            "models": ["gpt2", "bert-base-cased", "distilbert-base-uncased", "distilgpt2", "ctrl"],
+            "model_scale": "tiny", "batch_sizes": [1], "sequence_lengths": [8, 300],
+            "warmup": 1, "repeat": 2, "number": 1, "output_dir": str(run / environment),
+        }  # fmt: skip
+        subprocess.run([sys.executable, "-c", MEASURE, json.dumps(params)], check=True, capture_output=True, timeout=300)
+    return run
+
+
+def page_text(html: Path) -> str:
+    return html.read_text(encoding="utf-8")
+
+
+def test_summary_renders_html_tables_and_figures(tiny_run: Path, tmp_path: Path) -> None:
+    run = shutil.copytree(tiny_run, tmp_path / "run")
+    html = render_summary([run])
+
+    assert html == run / "summary.html"
+    page = page_text(html)
+    assert "summary.load_runs" not in page and "show_table(" not in page  # the code is hidden
+    assert "Average inference time per environment" in page and "cells_excluded" in page
+    assert page.count("data:image/png") >= 3
+
+    averages = pd.read_csv(run / "tables" / "framework_averages.csv")
+    assert list(averages.columns) == list(AVERAGES_COLUMNS)
+    assert sorted(averages["environment"]) == sorted(ENVIRONMENTS)
+    # ctrl at sequence 300 is too long everywhere: excluded from every average, and counted.
+    assert set(averages["cells_used"]) == {9} and set(averages["cells_excluded"]) == {1}
+    assert (averages["mean_s"] > 0).all()
+    assert {p.name for p in (run / "figures").iterdir()} == {"framework_averages.png", "tf_over_pt_heatmap.png", "time_vs_sequence.png"}
+    for name in ("pytorch_vs_tensorflow", "torchscript_vs_eager", "xla_vs_function", "distilled_vs_teacher", "claims_2019", "excluded_cells"):
+        assert (run / "tables" / f"{name}.csv").is_file(), name
+    spreadsheet = (run / "tables" / "spreadsheet_2019_cpu-tensorflow-xla.csv").read_text().splitlines()
+    assert spreadsheet[0] == ",".join(COLUMNS_2019) and len(spreadsheet) == 6
+
+    executed = nbformat.read(run / "summary.ipynb", as_version=4)
+    assert executed.metadata.papermill.parameters == {"run_dirs": [str(run)], "output_dir": str(run)}
+
+
+def test_partial_run_without_xla_renders_what_is_there(tiny_run: Path, tmp_path: Path) -> None:
+    run = tmp_path / "partial"
+    for environment in ("cpu-pytorch", "cpu-tensorflow"):
+        shutil.copytree(tiny_run / environment, run / environment)
+    results = run / "cpu-tensorflow" / "results.csv"
+    results.write_text("".join(results.read_text().splitlines(keepends=True)[:4]))  # header and 3 cells: still running
+
+    html = render_summary([str(run)], output_dir=tmp_path / "summary")
+
+    assert html == tmp_path / "summary" / "summary.html"
+    page = page_text(html)
+    assert "No tensorflow (xla) environment on cpu" in page and "No pytorch (torchscript) environment on cpu" in page
+    assert "There is no cuda environment in these runs." in page
+    assert not (tmp_path / "summary" / "tables" / "xla_vs_function.csv").exists()
+    averages = pd.read_csv(tmp_path / "summary" / "tables" / "framework_averages.csv").set_index("environment")
+    assert averages["cells_used"].tolist() == [3, 3] and averages["cells_excluded"].tolist() == [7, 7]
+    assert not (run / "summary.html").exists()
+
+
+def test_render_summary_names_a_missing_run_folder(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="run_dirs: not a folder: .*nowhere"):
+        render_summary([tmp_path / "nowhere"])
