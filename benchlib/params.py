@@ -28,8 +28,11 @@ class BenchmarkParams(BaseModel):
     batch_sizes: list[int] = Field(min_length=1)
     sequence_lengths: list[int] = Field(min_length=1)
     warmup: int = Field(default=1, ge=0)
-    repeat: int = Field(default=30, ge=1)
+    repeat: int | Literal["auto"] = 30
     number: int = Field(default=3, ge=1)
+    target_rel_ci: float = Field(default=0.02, gt=0, lt=1)
+    max_cell_seconds: float = Field(default=60.0, gt=0)
+    min_samples: int = Field(default=5, ge=2)
     seed: int = 0
     output_dir: str = Field(min_length=1)
 
@@ -41,6 +44,13 @@ class BenchmarkParams(BaseModel):
         if unknown:
             raise ValueError(f"unknown model {', '.join(unknown)}; the catalogue has: {', '.join(catalogue)}")
         return models
+
+    @field_validator("repeat", mode="before")
+    @classmethod
+    def _repeat(cls, repeat: Any) -> int | str:
+        if repeat == "auto" or (isinstance(repeat, int) and not isinstance(repeat, bool) and repeat >= 1):
+            return repeat
+        raise ValueError(f"repeat must be a positive integer or 'auto', not {repeat!r}")
 
     @field_validator("batch_sizes", "sequence_lengths")
     @classmethod

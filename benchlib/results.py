@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ COLUMNS: tuple[str, ...] = (
     "batch_size", "sequence_length", "status",
     "mean_s", "median_s", "min_s", "std_s", "repeat", "number", "first_call_s", "samples_s",
     "reason",
+    "iqr_s", "ci95_low_s", "ci95_high_s", "noisy", "stop_reason", "peak_memory_bytes",
 )  # fmt: skip
 CELL_KEY: tuple[str, ...] = ("model", "batch_size", "sequence_length")
 
@@ -42,8 +44,19 @@ def make_row(cell: dict[str, Any], state: str, measurement: Measurement | None =
             number=measurement.number,
             first_call_s=measurement.first_call_s,
             samples_s=json.dumps(list(measurement.samples_s)),
+            iqr_s=measurement.iqr_s,
+            ci95_low_s=_number_or_blank(measurement.ci95_s[0]),
+            ci95_high_s=_number_or_blank(measurement.ci95_s[1]),
+            noisy=measurement.noisy,
+            stop_reason=measurement.stop_reason,
+            peak_memory_bytes=_number_or_blank(measurement.peak_memory_bytes),
         )
     return row
+
+
+def _number_or_blank(value: float | None) -> float | str:
+    """`value`, or "" where there is none (a one-sample interval, an unmeasured peak)."""
+    return "" if value is None or math.isnan(value) else value
 
 
 class ResultsWriter:

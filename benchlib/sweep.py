@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from benchlib import status
 from benchlib.backends import Backend, load_backend
 from benchlib.catalogue import ModelSpec, get_model
 from benchlib.environment_info import describe_environment
+from benchlib.memory import CellPeakMemory
 from benchlib.params import BenchmarkParams, validate_params
 from benchlib.results import ENVIRONMENT_FILE, RESULTS_FILE, ResultsWriter, finished_cells, make_row, read_results, write_json
 from benchlib.timing import TimingSpec, measure, time_first_call
@@ -25,13 +27,22 @@ def grid_cells(params: BenchmarkParams) -> list[Cell]:
     return [(m, b, s) for m in params.models for b in params.batch_sizes for s in params.sequence_lengths]
 
 
+def timing_spec(params: BenchmarkParams) -> TimingSpec:
+    """How each cell of this run is timed."""
+    return TimingSpec(
+        warmup=params.warmup, repeat=params.repeat, number=params.number, target_rel_ci=params.target_rel_ci,
+        max_cell_seconds=params.max_cell_seconds, min_samples=params.min_samples,
+    )  # fmt: skip
+
+
 def measure_cell(backend: Backend, model: Any, spec: ModelSpec, params: BenchmarkParams, batch_size: int, sequence_length: int) -> tuple[str, Any, str]:
     """Time one cell on a built model: (status, measurement or None, reason)."""
     try:
-        inputs = backend.make_inputs(spec.vocab_size(params.model_scale), batch_size, sequence_length, params.seed)
-        call, first_call_s = time_first_call(lambda: backend.prepare(model, inputs), backend.sync)
-        timing = TimingSpec(warmup=params.warmup, repeat=params.repeat, number=params.number)
-        return status.OK, measure(call, timing, backend.sync, first_call_s=first_call_s), ""
+        with backend.inference_context(), CellPeakMemory(backend) as peak:
+            inputs = backend.make_inputs(spec.vocab_size(params.model_scale), batch_size, sequence_length, params.seed)
+            call, first_call_s = time_first_call(lambda: backend.prepare(model, inputs), backend.sync)
+            measurement = measure(call, timing_spec(params), backend.sync, first_call_s=first_call_s)
+        return status.OK, dataclasses.replace(measurement, peak_memory_bytes=peak.bytes), ""
     except Exception as exc:  # any failure ends this cell only
         return (status.OOM if status.is_out_of_memory(exc) else status.ERROR), None, status.describe(exc)
 

@@ -1,7 +1,9 @@
-"""Framework-neutral timing: warm-up calls, then `repeat` samples of `number` calls each.
+"""Framework-neutral timing: warm-up calls, then samples of `number` calls each.
 
 Modelled on `torch.utils.benchmark`: a frozen `TimingSpec` says what is timed, a
 `Measurement` keeps the raw per-call sample times and derives statistics from them.
+Samples are either a fixed `repeat` (the 2019 study: 30 samples of 3 calls) or, with
+`repeat="auto"`, taken until the mean is known well enough or the cell's time is spent.
 """
 
 from __future__ import annotations
@@ -12,8 +14,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from benchlib import stats
+
 Clock = Callable[[], float]
 Sync = Callable[[Any], None]
+
+AUTO = "auto"
+# Why sampling stopped (the `stop_reason` column).
+FIXED = "fixed"  # the fixed `repeat` was taken
+CONVERGED = "converged"  # auto: the 95% CI half-width came within `target_rel_ci` of the mean
+TIME_BUDGET = "time_budget"  # auto: `max_cell_seconds` of sampling spent first
+MAX_SAMPLES = "max_samples"  # auto: `max_samples` taken first
+STOP_REASONS: tuple[str, ...] = (FIXED, CONVERGED, TIME_BUDGET, MAX_SAMPLES)
 
 
 def no_sync(output: Any) -> None:
@@ -22,15 +34,31 @@ def no_sync(output: Any) -> None:
 
 @dataclass(frozen=True)
 class TimingSpec:
-    """How one cell is timed. The 2019 study used repeat=30, number=3."""
+    """How one cell is timed. The 2019 study used repeat=30, number=3.
+
+    With `repeat="auto"`, samples are taken until the 95% confidence interval of the mean is
+    within `target_rel_ci` of it, or `max_cell_seconds` of sampling are spent, or `max_samples`
+    are taken; never fewer than `min_samples`.
+    """
 
     warmup: int = 1
-    repeat: int = 30
+    repeat: int | str = 30
     number: int = 3
+    target_rel_ci: float = 0.02
+    max_cell_seconds: float = 60.0
+    min_samples: int = 5
+    max_samples: int = 1000
 
     def __post_init__(self) -> None:
-        if self.warmup < 0 or self.repeat < 1 or self.number < 1:
-            raise ValueError(f"need warmup >= 0, repeat >= 1, number >= 1; got {self}")
+        repeat_ok = self.repeat == AUTO or (isinstance(self.repeat, int) and self.repeat >= 1)
+        if self.warmup < 0 or not repeat_ok or self.number < 1:
+            raise ValueError(f"need warmup >= 0, repeat >= 1 or 'auto', number >= 1; got {self}")
+        if not (self.target_rel_ci > 0 and self.max_cell_seconds > 0 and 2 <= self.min_samples <= self.max_samples):
+            raise ValueError(f"need target_rel_ci > 0, max_cell_seconds > 0, 2 <= min_samples <= max_samples; got {self}")
+
+    @property
+    def adaptive(self) -> bool:
+        return self.repeat == AUTO
 
 
 @dataclass(frozen=True)
@@ -40,6 +68,8 @@ class Measurement:
     samples_s: tuple[float, ...]
     number: int
     first_call_s: float | None = None
+    stop_reason: str = FIXED
+    peak_memory_bytes: int | None = None
 
     @property
     def mean_s(self) -> float:
@@ -58,6 +88,25 @@ class Measurement:
         """Sample standard deviation (0 for a single sample)."""
         return statistics.stdev(self.samples_s) if len(self.samples_s) > 1 else 0.0
 
+    @property
+    def iqr_s(self) -> float:
+        return stats.iqr(self.samples_s)
+
+    @property
+    def ci95_s(self) -> tuple[float, float]:
+        """95% confidence interval of the mean per call (t distribution); NaN for one sample."""
+        return stats.ci95(self.samples_s)
+
+    @property
+    def noisy(self) -> bool:
+        """The interquartile range exceeds 10% of the median."""
+        return stats.is_noisy(self.samples_s)
+
+    @property
+    def calls(self) -> int:
+        """Timed calls behind the samples."""
+        return len(self.samples_s) * self.number
+
 
 def time_first_call(
     make_call: Callable[[], Callable[[], Any]], sync: Sync = no_sync, clock: Clock = time.perf_counter
@@ -69,6 +118,29 @@ def time_first_call(
     return call, clock() - start
 
 
+def _sample(call: Callable[[], Any], number: int, sync: Sync, clock: Clock) -> tuple[float, float]:
+    """Time `number` back-to-back calls: (seconds per call, clock at the end)."""
+    start = clock()
+    for _ in range(number):
+        output = call()
+    sync(output)
+    end = clock()
+    return (end - start) / number, end
+
+
+def stop_reason(running: stats.RunningMean, spec: TimingSpec, elapsed_s: float) -> str | None:
+    """Why adaptive sampling stops after these samples, or None to take another."""
+    if running.count < spec.min_samples:
+        return None
+    if running.relative_ci95_half_width() <= spec.target_rel_ci:
+        return CONVERGED
+    if elapsed_s >= spec.max_cell_seconds:
+        return TIME_BUDGET
+    if running.count >= spec.max_samples:
+        return MAX_SAMPLES
+    return None
+
+
 def measure(
     call: Callable[[], Any],
     spec: TimingSpec,
@@ -76,21 +148,27 @@ def measure(
     clock: Clock = time.perf_counter,
     first_call_s: float | None = None,
 ) -> Measurement:
-    """Time `call`: `spec.warmup` untimed calls, then `spec.repeat` samples of `spec.number` calls.
+    """Time `call`: `spec.warmup` untimed calls, then samples of `spec.number` back-to-back calls.
 
-    `sync(output)` runs before every clock read, so that work queued on a device is
-    inside the interval it belongs to.
+    `sync(output)` runs before every clock read, so that work queued on a device is inside
+    the interval it belongs to. Between two clock reads there are only the `number` calls
+    and one sync; the stopping rule of `repeat="auto"` runs between samples.
     """
     output = None
     for _ in range(spec.warmup):
         output = call()
     sync(output)
-    number = spec.number
-    samples = []
-    for _ in range(spec.repeat):
-        start = clock()
-        for _ in range(number):
-            output = call()
-        sync(output)
-        samples.append((clock() - start) / number)
-    return Measurement(samples_s=tuple(samples), number=number, first_call_s=first_call_s)
+    samples: list[float] = []
+    if not spec.adaptive:
+        for _ in range(spec.repeat):
+            samples.append(_sample(call, spec.number, sync, clock)[0])
+        return Measurement(samples_s=tuple(samples), number=spec.number, first_call_s=first_call_s)
+    running = stats.RunningMean()
+    began = clock()
+    while True:
+        per_call, end = _sample(call, spec.number, sync, clock)
+        samples.append(per_call)
+        running.add(per_call)
+        reason = stop_reason(running, spec, end - began)
+        if reason:
+            return Measurement(samples_s=tuple(samples), number=spec.number, first_call_s=first_call_s, stop_reason=reason)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from benchlib.catalogue import ModelSpec
@@ -18,8 +19,6 @@ BACKENDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "pytorch": ("benchlib.backends.pytorch", ("eager", "torchscript")),
     "tensorflow": ("benchlib.backends.tensorflow", ("function", "xla")),
 }
-# Keeps transformers from importing the framework that is not measured in this kernel.
-_SILENCE_OTHER = {"pytorch": {"USE_TF": "0", "USE_TORCH": "1"}, "tensorflow": {"USE_TORCH": "0", "USE_TF": "1"}}
 
 
 def modes(framework: str) -> tuple[str, ...]:
@@ -41,13 +40,25 @@ class Backend(Protocol):
         """Seeded random token ids of shape (batch, sequence) on the device."""
 
     def prepare(self, model: Any, inputs: Any) -> Callable[[], Any]:
-        """A no-argument call that runs one inference (traced/compiled for this shape if the mode says so)."""
+        """A no-argument call that runs one inference (traced/compiled for this shape if the mode says so).
+
+        Calls are made inside `inference_context()`, so that the timed call carries no set-up.
+        """
+
+    def inference_context(self) -> AbstractContextManager[Any]:
+        """The context a cell runs in (PyTorch: inference mode; TensorFlow: the device scope)."""
 
     def sync(self, output: Any) -> None:
         """Wait for the device to finish the work that produced `output`."""
 
     def free(self) -> None:
         """Release cached memory (after an out-of-memory error or a finished model)."""
+
+    def reset_peak_memory(self) -> None:
+        """On a GPU: reset the framework's peak memory counter of the device."""
+
+    def peak_memory_bytes(self) -> int:
+        """On a GPU: the framework's peak memory counter of the device since the last reset."""
 
     def settings(self) -> dict[str, Any]:
         """Thread and device settings in effect, read back from the framework."""
@@ -56,10 +67,13 @@ class Backend(Protocol):
         """Versions of the framework and of the libraries it runs on."""
 
 
+THREAD_VARIABLES: tuple[str, ...] = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")
+
+
 def apply_thread_environment(num_threads: int | None) -> None:
-    """Set OpenMP/MKL thread counts; effective only before the framework is imported."""
+    """Set OpenMP/MKL/TensorFlow thread counts; effective only before the framework is imported."""
     if num_threads:
-        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        for name in THREAD_VARIABLES:
             os.environ[name] = str(num_threads)
 
 
@@ -69,8 +83,6 @@ def load_backend(framework: str, mode: str, device: str = "cpu", num_threads: in
         raise ValueError(f"framework must be one of {', '.join(BACKENDS)}, not {framework!r}")
     if mode not in modes(framework):
         raise ValueError(f"mode for {framework} must be one of {', '.join(modes(framework))}, not {mode!r}")
-    for name, value in _SILENCE_OTHER[framework].items():
-        os.environ.setdefault(name, value)
     apply_thread_environment(num_threads)
     module = importlib.import_module(BACKENDS[framework][0])
     return module.make_backend(mode=mode, device=device, num_threads=num_threads)

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from unittest import mock
 
-import torch
-from transformers import masking_utils
+# One framework per kernel: transformers must not import TensorFlow beside PyTorch.
+os.environ.update(USE_TF="0", USE_TORCH="1")
+
+import torch  # noqa: E402
+from transformers import masking_utils  # noqa: E402
 
 from benchlib.catalogue import ModelSpec
 
@@ -88,10 +93,13 @@ class PyTorchBackend:
             target = model
 
         def call() -> Any:
-            with torch.inference_mode():
-                return target(inputs)
+            return target(inputs)
 
         return call
+
+    def inference_context(self) -> contextlib.AbstractContextManager[Any]:
+        """Inference mode, entered once around a cell rather than in every timed call."""
+        return torch.inference_mode()
 
     def sync(self, output: Any) -> None:
         if self.on_gpu:
@@ -102,15 +110,30 @@ class PyTorchBackend:
         if self.on_gpu:
             torch.cuda.empty_cache()
 
+    def reset_peak_memory(self) -> None:
+        torch.cuda.reset_peak_memory_stats(self._device)
+
+    def peak_memory_bytes(self) -> int:
+        return int(torch.cuda.max_memory_allocated(self._device))
+
     def settings(self) -> dict[str, Any]:
-        return {
-            "num_threads": torch.get_num_threads(),
-            "num_interop_threads": torch.get_num_interop_threads(),
-            "device": str(self._device),
-        }
+        return {**thread_settings(), "device": str(self._device)}
 
     def versions(self) -> dict[str, str]:
         return {"torch": torch.__version__, "cuda": str(torch.version.cuda), "cudnn": str(torch.backends.cudnn.version())}
+
+
+def thread_settings() -> dict[str, Any]:
+    """Thread counts in effect: PyTorch's own, and OpenMP's and MKL's as PyTorch reports them."""
+    info = torch.__config__.parallel_info()
+    settings: dict[str, Any] = {
+        "num_threads": torch.get_num_threads(),
+        "num_interop_threads": torch.get_num_interop_threads(),
+    }
+    for key, name in (("openmp_threads", "omp_get_max_threads"), ("mkl_threads", "mkl_get_max_threads")):
+        match = re.search(rf"{name}\(\) : (\d+)", info)
+        settings[key] = int(match.group(1)) if match else None
+    return settings
 
 
 def make_backend(mode: str, device: str = "cpu", num_threads: int | None = None) -> PyTorchBackend:

@@ -5,13 +5,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import tensorflow as tf
+# One framework per kernel: transformers must not import PyTorch beside TensorFlow.
+os.environ.update(USE_TORCH="0", USE_TF="1")
+
+import tensorflow as tf  # noqa: E402
 
 from benchlib.catalogue import ModelSpec
 
@@ -37,7 +42,7 @@ class TensorFlowBackend:
     def __post_init__(self) -> None:
         self._device = tf_device_name(self.device)
         if self.num_threads:
-            tf.config.threading.set_intra_op_parallelism_threads(self.num_threads)
+            set_intra_op_threads(self.num_threads)
         for gpu in tf.config.list_physical_devices("GPU"):
             tf.config.experimental.set_memory_growth(gpu, True)
 
@@ -61,10 +66,13 @@ class TensorFlowBackend:
         function = tf.function(lambda ids: model(ids, training=False), jit_compile=self.mode == "xla")
 
         def call() -> Any:
-            with tf.device(self._device):
-                return function(inputs)
+            return function(inputs)
 
         return call
+
+    def inference_context(self) -> contextlib.AbstractContextManager[Any]:
+        """The device scope, entered once around a cell rather than in every timed call."""
+        return tf.device(self._device)
 
     def sync(self, output: Any) -> None:
         if self.on_gpu and output is not None:
@@ -74,9 +82,17 @@ class TensorFlowBackend:
         tf.keras.backend.clear_session()
         gc.collect()
 
+    def reset_peak_memory(self) -> None:
+        tf.config.experimental.reset_memory_stats(self._device.lstrip("/"))
+
+    def peak_memory_bytes(self) -> int:
+        return int(tf.config.experimental.get_memory_info(self._device.lstrip("/"))["peak"])
+
     def settings(self) -> dict[str, Any]:
+        configured = tf.config.threading.get_intra_op_parallelism_threads()
         return {
-            "num_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+            "num_threads": configured or default_intra_op_threads(),
+            "intra_op_threads_configured": configured,
             "num_interop_threads": tf.config.threading.get_inter_op_parallelism_threads(),
             "device": self._device,
             "gpus": [gpu.name for gpu in tf.config.list_physical_devices("GPU")],
@@ -89,6 +105,24 @@ class TensorFlowBackend:
             "cuda": str(build.get("cuda_version")),
             "cudnn": str(build.get("cudnn_version")),
         }
+
+
+def default_intra_op_threads() -> int:
+    """TensorFlow's intra-op pool size when none is configured: TF_NUM_INTRAOP_THREADS, else the schedulable CPUs."""
+    from_environment = int(os.environ.get("TF_NUM_INTRAOP_THREADS") or 0)
+    if from_environment > 0:
+        return from_environment
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def set_intra_op_threads(num_threads: int) -> None:
+    """Size TensorFlow's intra-op thread pool; possible only before TensorFlow's runtime starts."""
+    if tf.config.threading.get_intra_op_parallelism_threads() == num_threads:
+        return
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(num_threads)
+    except RuntimeError as exc:
+        raise RuntimeError(f"num_threads: TensorFlow's runtime has already started in this process; set num_threads in a fresh kernel ({exc})") from None
 
 
 def make_backend(mode: str, device: str = "cpu", num_threads: int | None = None) -> TensorFlowBackend:

@@ -1,0 +1,124 @@
+"""Peak memory of one cell: the framework's own counters on a GPU, the process's peak resident set on the CPU.
+
+CPU, on Linux: the kernel keeps the process's peak resident set size (VmHWM in /proc/self/status)
+and resets it to the current size when "5" is written to /proc/self/clear_refs (Linux 4.0 and later).
+The kit resets it before the cell and reads it after: exact, and nothing runs while calls are timed.
+Before the reset, memory freed by earlier cells is handed back to the system (`gc.collect`, glibc's
+`malloc_trim`), so that a cell's peak starts from what is still in use.
+Elsewhere: a background thread samples the resident size (psutil) every 5 ms; it can miss a peak
+shorter than that and briefly takes the interpreter lock while calls are timed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+import re
+import threading
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+CLEAR_REFS = Path("/proc/self/clear_refs")
+STATUS = Path("/proc/self/status")
+METHODS: tuple[str, ...] = ("clear_refs", "sampling")
+
+
+def _libc() -> Any:
+    name = ctypes.util.find_library("c")
+    return ctypes.CDLL(name) if name else None
+
+
+_LIBC = _libc()
+
+
+def release_free_memory() -> None:
+    """Collect garbage and return the allocator's free memory to the system (glibc)."""
+    gc.collect()
+    if _LIBC is not None and hasattr(_LIBC, "malloc_trim"):
+        _LIBC.malloc_trim(0)
+
+
+def peak_rss_bytes() -> int:
+    """The process's peak resident set size since start or the last reset (Linux VmHWM)."""
+    match = re.search(r"^VmHWM:\s+(\d+) kB", STATUS.read_text(), re.MULTILINE)
+    if not match:
+        raise OSError("VmHWM not found in /proc/self/status")
+    return int(match.group(1)) * 1024
+
+
+@cache
+def clear_refs_available() -> bool:
+    """Whether this system can reset the process's peak resident set size (Linux)."""
+    try:
+        with open(CLEAR_REFS, "w") as handle:
+            handle.write("5")
+        peak_rss_bytes()
+    except OSError:
+        return False
+    return True
+
+
+class PeakRSS:
+    """Context manager: the process's peak resident set size while inside (`.bytes` after exit)."""
+
+    def __init__(self, method: str | None = None, interval_s: float = 0.005) -> None:
+        if method is not None and method not in METHODS:
+            raise ValueError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
+        self.method = method or ("clear_refs" if clear_refs_available() else "sampling")
+        self.interval_s = interval_s
+        self.bytes: int | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="benchlib-peak-rss", daemon=True)
+        self._process = psutil.Process()
+
+    def __enter__(self) -> PeakRSS:
+        release_free_memory()
+        if self.method == "clear_refs":
+            CLEAR_REFS.write_text("5")
+        else:
+            self.bytes = self._process.memory_info().rss
+            self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.bytes = max(self.bytes or 0, self._process.memory_info().rss)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.method == "clear_refs":
+            self.bytes = peak_rss_bytes()
+        else:
+            self._stop.set()
+            self._thread.join()
+            self.bytes = max(self.bytes or 0, self._process.memory_info().rss)
+
+
+class CellPeakMemory:
+    """Context manager: a cell's peak memory (`.bytes` after exit).
+
+    On a GPU the backend's own counters, reset on entry; on the CPU the process's peak resident set.
+    """
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self.on_cpu = backend.device == "cpu"
+        self.bytes: int | None = None
+        self._rss = PeakRSS() if self.on_cpu else None
+
+    def __enter__(self) -> CellPeakMemory:
+        if self._rss is not None:
+            self._rss.__enter__()
+        else:
+            self.backend.reset_peak_memory()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._rss is not None:
+            self._rss.__exit__(*exc)
+            self.bytes = self._rss.bytes
+        else:
+            self.bytes = self.backend.peak_memory_bytes()

@@ -1,0 +1,67 @@
+"""num_threads: applied before the framework starts its pools, read back in a real kernel, recorded."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.frameworks import run_python
+
+RUN = """
+    import json, os
+    from benchlib import run_environment
+    run_environment(dict(
+        environment="threads", framework={framework!r}, mode={mode!r}, models=["bert-base-cased"], model_scale="tiny",
+        batch_sizes=[1], sequence_lengths=[8], repeat=2, number=1, num_threads={threads}, output_dir={out!r},
+    ), progress=False)
+"""
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_pytorch_threads_read_back(tmp_path, threads):
+    out = str(tmp_path / "env")
+    after = run_python(RUN.format(framework="pytorch", mode="eager", threads=threads, out=out) + """
+    import torch
+    from benchlib.backends.pytorch import thread_settings
+    print(json.dumps({**thread_settings(), "omp_env_seen_by_torch": "OMP_NUM_THREADS : " + os.environ["OMP_NUM_THREADS"] in torch.__config__.parallel_info()}))
+    """)
+    recorded = json.loads((tmp_path / "env" / "environment.json").read_text())["threads"]
+    assert recorded["num_threads"] == recorded["openmp_threads"] == recorded["mkl_threads"] == threads
+    assert recorded["OMP_NUM_THREADS"] == recorded["MKL_NUM_THREADS"] == str(threads)
+    assert after["num_threads"] == after["openmp_threads"] == after["mkl_threads"] == threads
+    assert after["omp_env_seen_by_torch"]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_tensorflow_threads_read_back(tmp_path, threads):
+    out = str(tmp_path / "env")
+    after = run_python(RUN.format(framework="tensorflow", mode="function", threads=threads, out=out) + """
+    import tensorflow as tf
+    from benchlib.backends.tensorflow import set_intra_op_threads
+    try:
+        set_intra_op_threads(3)  # the runtime has started: too late
+        late = ""
+    except RuntimeError as error:
+        late = str(error)
+    print(json.dumps({
+        "intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
+        "env": os.environ["TF_NUM_INTRAOP_THREADS"], "late": late,
+    }))
+    """)
+    recorded = json.loads((tmp_path / "env" / "environment.json").read_text())["threads"]
+    assert recorded["num_threads"] == recorded["intra_op_threads_configured"] == threads
+    assert recorded["OMP_NUM_THREADS"] == str(threads)
+    assert after["intra_op"] == threads and after["env"] == str(threads)
+    assert after["late"].startswith("num_threads: TensorFlow's runtime has already started in this process")
+
+
+def test_tensorflow_default_threads_are_recorded_as_in_effect():
+    recorded = run_python("""
+        import json, os
+        os.environ.pop("TF_NUM_INTRAOP_THREADS", None)
+        from benchlib.backends import load_backend
+        print(json.dumps({**load_backend("tensorflow", "function").settings(), "cpus": len(os.sched_getaffinity(0))}))
+    """)
+    assert recorded["intra_op_threads_configured"] == 0  # TensorFlow's default: the schedulable CPUs
+    assert recorded["num_threads"] == recorded["cpus"]
