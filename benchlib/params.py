@@ -34,6 +34,7 @@ class BenchmarkParams(BaseModel):
     max_cell_seconds: float = Field(default=60.0, gt=0)
     min_samples: int = Field(default=5, ge=2)
     seed: int = 0
+    memory_limit_gb: float | None = Field(default=None, gt=0)
     output_dir: str = Field(min_length=1)
 
     @field_validator("models")

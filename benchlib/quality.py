@@ -17,6 +17,7 @@ import seaborn as sns
 
 from benchlib import stats, status
 from benchlib.results import ENVIRONMENT_FILE
+from benchlib.summary import machine_label
 
 MIB = 2**20
 CELL_COLUMNS = ["environment", "model", "batch_size", "sequence_length"]
@@ -54,7 +55,7 @@ def thread_table(environments: list[dict[str, Any]]) -> pd.DataFrame:
         records.append({
             "run": env.get("run"),
             "environment": parameters.get("environment", env.get("folder")),
-            "machine": env.get("machine", {}).get("hostname"),
+            "machine": machine_label(env, parameters.get("device", "cpu")),
             "device": parameters.get("device", "cpu"),
             "num_threads": threads.get("num_threads"),
             "requested_threads": parameters.get("num_threads"),

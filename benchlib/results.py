@@ -66,6 +66,14 @@ class ResultsWriter:
         self.path = Path(output_dir) / RESULTS_FILE
         self.path.parent.mkdir(parents=True, exist_ok=True)
         new = not self.path.exists() or self.path.stat().st_size == 0
+        if not new:
+            with open(self.path, newline="", encoding="utf-8") as existing:
+                header = next(csv.reader(existing), [])
+            if tuple(header) != COLUMNS:
+                raise ValueError(
+                    f"{self.path} has other columns than this version of benchlib writes; "
+                    "measure again into a new folder, or set it aside with --force"
+                )
         self._file = open(self.path, "a", newline="", encoding="utf-8")
         self._writer = csv.DictWriter(self._file, fieldnames=COLUMNS)
         if new:

@@ -14,8 +14,11 @@ from benchlib import status
 from benchlib.backends import Backend, load_backend
 from benchlib.catalogue import ModelSpec, get_model
 from benchlib.environment_info import describe_environment
+from benchlib.limits import apply_memory_limit
+from benchlib.locking import environment_lock
 from benchlib.memory import CellPeakMemory
 from benchlib.params import BenchmarkParams, validate_params
+from benchlib.recovery import clear_in_flight, mark_in_flight, record_crash, repair_results
 from benchlib.results import ENVIRONMENT_FILE, RESULTS_FILE, ResultsWriter, finished_cells, make_row, read_results, write_json
 from benchlib.timing import TimingSpec, measure, time_first_call
 
@@ -47,8 +50,14 @@ def measure_cell(backend: Backend, model: Any, spec: ModelSpec, params: Benchmar
         return (status.OOM if status.is_out_of_memory(exc) else status.ERROR), None, status.describe(exc)
 
 
-def sweep_model(backend: Backend, spec: ModelSpec, params: BenchmarkParams, shapes: list[tuple[int, int]], emit: Callable[..., None]) -> None:
-    """Measure `shapes` of one model, building it once and only if a shape needs it."""
+def sweep_model(
+    backend: Backend, spec: ModelSpec, params: BenchmarkParams, shapes: list[tuple[int, int]],
+    emit: Callable[..., None], begin: Callable[[Cell], None],
+) -> None:  # fmt: skip
+    """Measure `shapes` of one model, building it once and only if a shape needs it.
+
+    `begin(cell)` is called before a cell's model is built or measured, `emit(cell, status, ...)` when it ends.
+    """
     unsupported = spec.unsupported_reason(params.framework, params.mode)
     model, build_failure = None, None
     for batch_size, sequence_length in shapes:
@@ -58,6 +67,7 @@ def sweep_model(backend: Backend, spec: ModelSpec, params: BenchmarkParams, shap
         elif unsupported:
             emit(cell, status.UNSUPPORTED, reason=unsupported)
         else:
+            begin(cell)
             if model is None and build_failure is None:
                 try:
                     model = backend.build(spec, params.model_scale)
@@ -78,12 +88,23 @@ def sweep_model(backend: Backend, spec: ModelSpec, params: BenchmarkParams, shap
 def run_environment(params: dict[str, Any] | BenchmarkParams, progress: bool = True) -> pd.DataFrame:
     """Measure every cell of one environment's grid; rows go to `<output_dir>/results.csv` as they finish.
 
-    Cells that already have a row in that file are not measured again. Returns all rows.
+    Cells that already have a row in that file are not measured again: a rerun resumes. A row
+    cut off by a killed process is set aside, and a cell that was in flight when its process
+    died gets a `crashed` row. Only one process at a time may write into `output_dir`.
+    Returns all rows.
     """
     params = validate_params(params)
     output_dir = Path(params.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    apply_memory_limit(params.memory_limit_gb)
+    with environment_lock(output_dir):
+        return _run_locked(params, output_dir, progress)
+
+
+def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd.DataFrame:
+    """`run_environment` once the folder's lock is held."""
     results_path = output_dir / RESULTS_FILE
+    repair_results(results_path)
+    record_crash(output_dir, "the process measuring this cell stopped before writing its row")
     done = finished_cells(read_results(results_path)) if results_path.exists() and results_path.stat().st_size else set()
     todo = [cell for cell in grid_cells(params) if cell not in done]
 
@@ -93,15 +114,21 @@ def run_environment(params: dict[str, Any] | BenchmarkParams, progress: bool = T
 
     with ResultsWriter(output_dir) as writer, tqdm(total=len(todo), desc=params.environment, disable=not progress) as bar:
 
-        def emit(cell: Cell, state: str, measurement: Any = None, reason: str = "") -> None:
+        def row_of(cell: Cell) -> dict[str, Any]:
             model, batch_size, sequence_length = cell
-            row = {**environment, "model": model, "batch_size": batch_size, "sequence_length": sequence_length}
-            writer.append(make_row(row, state, measurement, reason))
-            bar.set_postfix_str(f"{model} {batch_size}x{sequence_length} {state}")
+            return {**environment, "model": model, "batch_size": batch_size, "sequence_length": sequence_length}
+
+        def begin(cell: Cell) -> None:
+            mark_in_flight(output_dir, row_of(cell))
+            bar.set_postfix_str(f"{cell[0]} {cell[1]}x{cell[2]}")
+
+        def emit(cell: Cell, state: str, measurement: Any = None, reason: str = "") -> None:
+            writer.append(make_row(row_of(cell), state, measurement, reason))
+            clear_in_flight(output_dir)
+            bar.set_postfix_str(f"{cell[0]} {cell[1]}x{cell[2]} {state}")
             bar.update()
 
         for name in dict.fromkeys(model for model, _, _ in todo):
             shapes = [(b, s) for model, b, s in todo if model == name]
-            bar.set_postfix_str(f"{name} building")
-            sweep_model(backend, get_model(name), params, shapes, emit)
+            sweep_model(backend, get_model(name), params, shapes, emit, begin)
     return read_results(results_path)

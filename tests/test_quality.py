@@ -41,22 +41,22 @@ def test_noisy_cells_are_listed_from_the_samples():
     assert quality.noisy_cells(rows().iloc[[0, 2]]).empty
 
 
-def write_environment(run, folder, threads, device="cpu", host="m1"):
+def write_environment(run, folder, threads, device="cpu", cpu="CPU One"):
     path = run / folder / "environment.json"
     path.parent.mkdir(parents=True)
-    data = {"parameters": {"environment": folder, "device": device, "num_threads": None}, "machine": {"hostname": host}, "threads": {"num_threads": threads, "OMP_NUM_THREADS": None}}
+    data = {"parameters": {"environment": folder, "device": device, "num_threads": None}, "machine": {"cpu": cpu, "logical_cores": 2}, "threads": {"num_threads": threads, "OMP_NUM_THREADS": None}}
     path.write_text(json.dumps(data))
 
 
 def test_thread_count_warning_names_the_environments(tmp_path):
     write_environment(tmp_path, "cpu-pytorch", 2)
     write_environment(tmp_path, "cpu-tensorflow", 1)
-    write_environment(tmp_path, "gpu-pytorch", 8, device="cuda", host="m2")
+    write_environment(tmp_path, "gpu-pytorch", 8, device="cuda", cpu="CPU Two")
     environments = quality.load_environments([tmp_path])
     assert [env["folder"] for env in environments] == ["cpu-pytorch", "cpu-tensorflow", "gpu-pytorch"]
     assert quality.thread_table(environments).num_threads.tolist() == [2, 1, 8]
     assert quality.thread_count_warnings(environments) == [
-        "On m1 (cpu) the environments compared ran with different thread counts (cpu-pytorch 2, "
+        "On CPU One, 2 cores (cpu) the environments compared ran with different thread counts (cpu-pytorch 2, "
         "cpu-tensorflow 1); their times are not directly comparable."
     ]
 
@@ -64,7 +64,7 @@ def test_thread_count_warning_names_the_environments(tmp_path):
 def test_no_warning_when_thread_counts_agree(tmp_path):
     write_environment(tmp_path, "cpu-pytorch", 2)
     write_environment(tmp_path, "cpu-tensorflow", 2)
-    write_environment(tmp_path, "gpu-pytorch", 8, device="cuda", host="m2")
+    write_environment(tmp_path, "gpu-pytorch", 8, device="cuda", cpu="CPU Two")
     assert quality.thread_count_warnings(quality.load_environments([tmp_path])) == []
 
 

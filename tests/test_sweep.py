@@ -143,3 +143,32 @@ def test_bad_parameters_fail_before_anything_is_built(tmp_path, monkeypatch):
     with pytest.raises(ParameterError, match="mode for pytorch must be one of eager, torchscript"):
         run_environment(params(tmp_path, mode="xla"), progress=False)
     assert not (tmp_path / "cpu-pytorch").exists()
+
+
+def test_rerun_records_the_cell_that_was_in_flight_and_repairs_a_cut_off_row(tmp_path):
+    from benchlib.recovery import mark_in_flight
+
+    folder = tmp_path / "cpu-pytorch"
+    run_environment(params(tmp_path, batch_sizes=[1]), progress=False)
+    results = folder / "results.csv"
+    with open(results, "a") as file:  # a process killed while writing its next row...
+        file.write("cpu-pytorch,pytorch,eager,cpu,bert-base-cased,tiny,2,8,o")
+    cell = dict(environment="cpu-pytorch", framework="pytorch", mode="eager", device="cpu", model_scale="tiny")
+    mark_in_flight(folder, {**cell, "model": "bert-base-cased", "batch_size": 2, "sequence_length": 8})  # ...measuring 2x8
+    rows = run_environment(params(tmp_path, batch_sizes=[1, 2, 4]), progress=False)
+    assert [(r.batch_size, r.status) for r in rows.itertuples()] == [(1, "ok"), (2, "crashed"), (4, "ok")]
+    assert "stopped before writing its row" in rows.reason[1]
+    assert "2,8,o" in (folder / "results.cutoff.txt").read_text()
+    assert not (folder / "in_flight.json").exists()
+
+
+def test_memory_limit_turns_an_oversized_cell_into_oom(tmp_path):
+    grid = params(tmp_path, batch_sizes=[2**16, 1], sequence_lengths=[512], repeat=1, number=1, memory_limit_gb=3)
+    found = run_python(
+        f"""
+        import json, resource, benchlib
+        rows = benchlib.run_environment({grid!r}, progress=False)
+        print(json.dumps([rows.status.tolist(), resource.getrlimit(resource.RLIMIT_DATA)[0]]))
+        """
+    )
+    assert found == [["oom", "ok"], 3 * 2**30]
