@@ -1,0 +1,33 @@
+# make run   the default job: four CPU environments on the quick grid, then the summary
+# make test  the test suite
+# make lab   JupyterLab on notebooks/, with a kernel that has the kit installed
+# Each creates .venv with python3 if it is missing and installs the kit into it (again only
+# when pyproject.toml changes). Extra arguments: make run ARGS="--grid smoke", make test ARGS="-x".
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+INSTALLED := $(VENV)/.installed
+
+.PHONY: run test lab install
+
+run: $(INSTALLED)
+	$(PY) -m benchlib run $(ARGS)
+
+test: $(INSTALLED)
+	$(PY) -m pytest $(ARGS)
+
+lab: $(INSTALLED)
+	$(PY) -m benchlib lab $(ARGS)
+
+install: $(INSTALLED)
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# The kernel spec goes into the environment itself (--sys-prefix), so JupyterLab and
+# papermill start kernels with this environment's python.
+$(INSTALLED): pyproject.toml | $(PY)
+	$(PY) -m pip install -e '.[test]'
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (benchlib)"
+	touch $@

@@ -1,0 +1,5 @@
+"""`python -m benchlib`."""
+
+from benchlib.cli import main
+
+raise SystemExit(main())

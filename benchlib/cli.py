@@ -1,0 +1,110 @@
+"""`python -m benchlib`: run the benchmark (`run`), render a run's summary (`summary`), open the notebooks (`lab`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from benchlib import status
+from benchlib.params import ParameterError
+from benchlib.runner import DEFAULT_ENVIRONMENTS, DEFAULT_GRID, PROJECT_ROOT, default_run_dir, format_duration, plan_run, run_environments
+
+USAGE_ERROR = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: `run`, `summary` and `lab`."""
+    parser = argparse.ArgumentParser(prog="benchlib", description="Transformer inference benchmarks driven by papermill.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser("run", help="measure environments (one notebook execution each), then render the summary")
+    run.add_argument("--grid", default=DEFAULT_GRID, help=f"grid name in parameters/grids/ or a .yaml path (default: {DEFAULT_GRID})")
+    run.add_argument(
+        "--environments",
+        default=",".join(DEFAULT_ENVIRONMENTS),
+        help="comma-separated environment names in parameters/environments/ or .yaml paths (default: the four CPU environments)",
+    )
+    run.add_argument("--params", action="append", default=[], metavar="FILE", help="a .yaml file of parameter values set over the grid's and the environment's; repeatable, later files win")
+    run.add_argument("--out", type=Path, help="the run folder (default: outputs/<timestamp>); a rerun on the same folder measures only the missing cells")
+    run.add_argument("--no-summary", action="store_true", help="do not render the summary after the environments")
+    run.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    summary = commands.add_parser("summary", help="render the summary of one or more run folders")
+    summary.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+
+    commands.add_parser("lab", help="start JupyterLab on notebooks/ (other arguments go to jupyter lab)")
+    return parser
+
+
+def render_summary(run_dirs: list[Path]) -> bool:
+    """Render the summary of `run_dirs`; prints where summary.html is, or why it failed."""
+    try:
+        from benchlib.report import render_summary as render
+
+        html = render(run_dirs)
+    except Exception as exc:  # the environments' results stay; only the summary is missing
+        print(f"summary failed: {status.describe(exc)}", file=sys.stderr)
+        return False
+    print(f"summary: {html}")
+    return True
+
+
+def command_run(args: argparse.Namespace) -> int:
+    """Plan and validate every environment, run them in turn, then the summary."""
+    run_dir: Path = args.out or default_run_dir()
+    environments = [name.strip() for name in args.environments.split(",") if name.strip()]
+    if not environments:
+        print("--environments: give at least one environment", file=sys.stderr)
+        return USAGE_ERROR
+    try:
+        jobs = plan_run(run_dir, args.grid, environments, args.params)
+    except ParameterError as error:
+        print(error, file=sys.stderr)
+        return USAGE_ERROR
+    print(f"run folder: {run_dir}", flush=True)
+    start = time.perf_counter()
+    outcomes = run_environments(jobs, progress=not args.quiet, report=lambda line: print(line, flush=True))
+    failed = [outcome.name for outcome in outcomes if not outcome.succeeded]
+    print(f"{len(outcomes) - len(failed)} of {len(outcomes)} environments succeeded in {format_duration(time.perf_counter() - start)}", flush=True)
+    if failed:
+        print(f"failed: {', '.join(failed)}", flush=True)
+    summary_ok = args.no_summary or render_summary([run_dir])
+    print(f"elapsed: {format_duration(time.perf_counter() - start)}")
+    return 0 if not failed and summary_ok else 1
+
+
+def command_summary(args: argparse.Namespace) -> int:
+    """Render the summary of existing run folders."""
+    missing = [str(path) for path in args.run_dirs if not path.is_dir()]
+    if missing:
+        print(f"RUN_DIR: no such folder: {', '.join(missing)}", file=sys.stderr)
+        return USAGE_ERROR
+    return 0 if render_summary(list(args.run_dirs)) else 1
+
+
+def command_lab(jupyter_args: Sequence[str]) -> int:
+    """Replace this process with JupyterLab rooted at the kit's folder and opened on notebooks/."""
+    argv = [
+        sys.executable, "-m", "jupyterlab",
+        f"--ServerApp.root_dir={PROJECT_ROOT}",
+        "--ServerApp.default_url=/lab/tree/notebooks",
+        *(["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []),  # containers often run as root
+        *jupyter_args,
+    ]  # fmt: skip
+    os.execv(sys.executable, argv)
+    return 0  # not reached: execv does not return
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `python -m benchlib` and of the `benchlib` command; returns the exit status."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "lab":
+        return command_lab(extra)
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return command_run(args) if args.command == "run" else command_summary(args)

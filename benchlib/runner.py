@@ -1,0 +1,279 @@
+"""One benchmark run: the benchmark notebook executed by papermill once per environment, each in a fresh kernel.
+
+A job's parameters are merged from YAML files in the order papermill's `-f` would apply
+them: the grid, then the environment, then each extra parameter file. Every job is
+validated before any kernel starts. Each environment writes into `<run>/<env>/`:
+the executed notebook (the record), `results.csv` and `environment.json`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+from tqdm import tqdm
+
+from benchlib import status
+from benchlib.params import BenchmarkParams, ParameterError, format_validation_error
+from benchlib.results import RESULTS_FILE
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK = PROJECT_ROOT / "notebooks" / "benchmark.ipynb"
+PARAMETERS_DIR = PROJECT_ROOT / "parameters"
+OUTPUTS_DIR = PROJECT_ROOT / "outputs"
+EXECUTED_NOTEBOOK = "benchmark.ipynb"
+KERNEL_LOG = "kernel.log"
+DEFAULT_GRID = "quick"
+DEFAULT_ENVIRONMENTS: tuple[str, ...] = ("cpu-pytorch", "cpu-torchscript", "cpu-tensorflow", "cpu-tensorflow-xla")
+ENVIRONMENT_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+
+
+@dataclass(frozen=True)
+class EnvironmentJob:
+    """One environment of a run: its validated parameters and where it writes."""
+
+    name: str
+    params: BenchmarkParams
+    sources: tuple[Path, ...]
+
+    @property
+    def output_dir(self) -> Path:
+        return Path(self.params.output_dir)
+
+    @property
+    def cell_count(self) -> int:
+        p = self.params
+        return len(p.models) * len(p.batch_sizes) * len(p.sequence_lengths)
+
+
+@dataclass(frozen=True)
+class EnvironmentOutcome:
+    """How one environment's notebook execution ended."""
+
+    name: str
+    succeeded: bool
+    elapsed_s: float
+    error: str = ""
+
+
+def available(kind: str) -> list[str]:
+    """Names of the parameter files shipped in `parameters/<kind>/` ("grids" or "environments")."""
+    return sorted(path.stem for path in (PARAMETERS_DIR / kind).glob("*.yaml"))
+
+
+def resolve_parameter_file(name: str | Path, kind: str | None = None) -> Path:
+    """A YAML file given by path, or (with `kind`) by name in `parameters/<kind>/`."""
+    path = Path(name)
+    if kind is None or path.suffix in (".yaml", ".yml") or len(path.parts) > 1:
+        if not path.is_file():
+            raise ParameterError(f"{path}: no such parameter file")
+        return path
+    shipped = PARAMETERS_DIR / kind / f"{name}.yaml"
+    if not shipped.is_file():
+        raise ParameterError(f"{kind[:-1]} {name!r} not found; available: {', '.join(available(kind))} (or a path to a .yaml file)")
+    return shipped
+
+
+def load_parameter_file(path: Path) -> dict[str, Any]:
+    """The mapping in a YAML parameter file; ParameterError naming the file otherwise."""
+    try:
+        values = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ParameterError(f"{path}: unreadable YAML: {' '.join(str(exc).split())}") from None
+    if values is None:
+        return {}
+    if not isinstance(values, dict) or not all(isinstance(key, str) for key in values):
+        raise ParameterError(f"{path}: must be a mapping of parameter names to values")
+    return values
+
+
+def merge_parameters(files: Iterable[Path]) -> tuple[dict[str, Any], dict[str, Path]]:
+    """Values of `files`, later files overriding earlier ones (as papermill's repeated `-f`), and the file each came from."""
+    merged: dict[str, Any] = {}
+    origin: dict[str, Path] = {}
+    for path in files:
+        values = load_parameter_file(path)
+        merged.update(values)
+        origin.update(dict.fromkeys(values, path))
+    return merged, origin
+
+
+def make_job(run_dir: Path, grid_file: Path, env_file: Path, extra_files: Sequence[Path] = ()) -> EnvironmentJob:
+    """The job of one environment file, its parameters merged as papermill's `-f` would; output_dir is `<run_dir>/<environment>`."""
+    sources = (grid_file, env_file, *extra_files)
+    values, origin = merge_parameters(sources)
+    name = str(values.setdefault("environment", env_file.stem))
+    if not re.fullmatch(ENVIRONMENT_NAME, name):
+        source = origin.get("environment", env_file)
+        raise ParameterError(f"{source}: environment: {name!r} must start with a letter or digit and hold only letters, digits, '.', '_' or '-' (it names a folder)")
+    values["output_dir"] = str(run_dir / name)
+    try:
+        return EnvironmentJob(name, BenchmarkParams(**values), sources)
+    except ValidationError as error:
+        lines = format_validation_error(error, source=name).splitlines()
+        fields = [str(problem["loc"][0]) if problem["loc"] else "" for problem in error.errors()]
+        raise ParameterError("\n".join(f"{line} (from {origin[f]})" if f in origin else line for line, f in zip(lines, fields))) from None
+
+
+def plan_run(
+    run_dir: Path,
+    grid: str | Path = DEFAULT_GRID,
+    environments: Sequence[str | Path] = DEFAULT_ENVIRONMENTS,
+    params_files: Sequence[str | Path] = (),
+) -> list[EnvironmentJob]:
+    """The validated jobs of a run, in order; ParameterError lists every problem found (one line each)."""
+    problems: list[str] = []
+    run_dir = run_dir.absolute()  # the kernel works in the notebook's folder
+
+    def resolved(name: str | Path, kind: str | None) -> Path | None:
+        try:
+            return resolve_parameter_file(name, kind)
+        except ParameterError as error:
+            problems.append(str(error))
+            return None
+
+    grid_file = resolved(grid, "grids")
+    extra_files = [path for f in params_files if (path := resolved(f, None))]
+    env_files = [path for e in environments if (path := resolved(e, "environments"))]
+    jobs = []
+    if grid_file and len(extra_files) == len(params_files):
+        for env_file in env_files:
+            try:
+                jobs.append(make_job(run_dir, grid_file, env_file, extra_files))
+            except ParameterError as error:
+                problems.append(str(error))
+    names = [job.name for job in jobs]
+    problems += [f"environment {n!r} appears more than once" for n in sorted({n for n in names if names.count(n) > 1})]
+    if problems:
+        raise ParameterError("\n".join(problems))
+    return jobs
+
+
+def notebook_parameters(namespace: Mapping[str, Any]) -> dict[str, Any]:
+    """The benchmark parameters defined in a notebook's namespace (its parameters cell and any injected by papermill)."""
+    return {name: namespace[name] for name in BenchmarkParams.model_fields if name in namespace}
+
+
+def rows_written(output_dir: Path) -> int:
+    """Number of rows in `<output_dir>/results.csv` (0 when there is none yet)."""
+    try:
+        with open(output_dir / RESULTS_FILE, encoding="utf-8") as file:
+            return max(sum(1 for _ in file) - 1, 0)
+    except OSError:
+        return 0
+
+
+class _ResultsProgress:
+    """A progress bar over the cells of one environment, fed by the rows its kernel writes."""
+
+    def __init__(self, job: EnvironmentJob, enabled: bool, interval_s: float = 1.0) -> None:
+        self._job, self._interval_s = job, interval_s
+        self._stop = threading.Event()
+        self._bar = tqdm(total=job.cell_count, desc=job.name, unit="cell", disable=not enabled, dynamic_ncols=True)
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self._refresh()
+
+    def _refresh(self) -> None:
+        rows = min(rows_written(self._job.output_dir), self._bar.total)
+        if rows != self._bar.n:
+            self._bar.update(rows - self._bar.n)
+
+    def __enter__(self) -> _ResultsProgress:
+        self._refresh()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._refresh()
+        self._bar.close()
+
+
+def _describe_failure(exc: BaseException) -> str:
+    """One line for a failed execution: the notebook's own exception where papermill reports one."""
+    ename, evalue = getattr(exc, "ename", None), getattr(exc, "evalue", None)
+    if ename:
+        return f"{ename}: {' '.join(str(evalue).split())}"
+    return status.describe(exc)
+
+
+def kernel_manager_logging_to(path: Path) -> type:
+    """A kernel manager class whose kernels write their process's stdout and stderr to `path`.
+
+    Framework start-up messages then stay out of the console and remain for a post-mortem.
+    """
+    from jupyter_client import AsyncKernelManager
+
+    class LoggingKernelManager(AsyncKernelManager):
+        async def start_kernel(self, **kw: Any) -> None:
+            with open(path, "ab") as log:  # the kernel process keeps its own copy of the descriptor
+                await super().start_kernel(stdout=log, stderr=log, **kw)
+
+    return LoggingKernelManager
+
+
+def run_one_environment(job: EnvironmentJob, notebook: Path = NOTEBOOK, progress: bool = True) -> EnvironmentOutcome:
+    """Execute the benchmark notebook for `job` in a fresh kernel; the executed copy goes to its output_dir."""
+    import papermill
+
+    start = time.perf_counter()
+    try:
+        job.output_dir.mkdir(parents=True, exist_ok=True)
+        with _ResultsProgress(job, enabled=progress):
+            papermill.execute_notebook(
+                str(notebook),
+                str(job.output_dir / EXECUTED_NOTEBOOK),
+                parameters=job.params.model_dump(exclude_unset=True),
+                cwd=str(notebook.parent),
+                progress_bar=False,
+                kernel_manager_class=kernel_manager_logging_to(job.output_dir / KERNEL_LOG),
+            )
+    except Exception as exc:  # the notebook raised, its kernel died or could not start: this environment only
+        return EnvironmentOutcome(job.name, False, time.perf_counter() - start, _describe_failure(exc))
+    return EnvironmentOutcome(job.name, True, time.perf_counter() - start)
+
+
+def run_environments(
+    jobs: Sequence[EnvironmentJob],
+    notebook: Path = NOTEBOOK,
+    progress: bool = True,
+    report: Callable[[str], None] = print,
+) -> list[EnvironmentOutcome]:
+    """Run every job in turn; one that fails does not stop the others."""
+    outcomes = []
+    for index, job in enumerate(jobs, start=1):
+        p = job.params
+        report(
+            f"[{index}/{len(jobs)}] {job.name}: {p.framework}/{p.mode} on {p.device}, {job.cell_count} cells "
+            f"({len(p.models)} models x {len(p.batch_sizes)} batch sizes x {len(p.sequence_lengths)} sequence lengths)"
+        )
+        outcome = run_one_environment(job, notebook, progress)
+        if outcome.succeeded:
+            report(f"[{index}/{len(jobs)}] {job.name}: done in {format_duration(outcome.elapsed_s)}, {rows_written(job.output_dir)} rows in {job.output_dir / RESULTS_FILE}")
+        else:
+            report(f"[{index}/{len(jobs)}] {job.name}: FAILED after {format_duration(outcome.elapsed_s)}: {outcome.error} (record: {job.output_dir / EXECUTED_NOTEBOOK})")
+        outcomes.append(outcome)
+    return outcomes
+
+
+def default_run_dir(now: datetime.datetime | None = None) -> Path:
+    """`outputs/<timestamp>` in the kit's folder."""
+    return OUTPUTS_DIR / (now or datetime.datetime.now()).strftime("%Y-%m-%d_%H%M%S")
+
+
+def format_duration(seconds: float) -> str:
+    """'42 s' or '3 min 05 s'."""
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"

@@ -1,0 +1,43 @@
+"""Shared fixtures: the kit's command line, and one smoke run of the four CPU environments per test session."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from benchlib.runner import DEFAULT_ENVIRONMENTS as CPU_ENVIRONMENTS
+from benchlib.runner import PROJECT_ROOT
+
+RunCli = Callable[..., subprocess.CompletedProcess]
+
+
+def _run_cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "benchlib", *args], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture(scope="session")
+def run_cli() -> RunCli:
+    """Runs `python -m benchlib ARGS...` from the kit's folder; returns the completed process (output captured)."""
+    return _run_cli
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run folder of `python -m benchlib run --grid smoke` over the four CPU environments (no summary).
+
+    Made once per test session (a few minutes): each environment is the benchmark notebook
+    executed by papermill in its own kernel. Tests must not change it; copy it first.
+    """
+    run_dir = tmp_path_factory.mktemp("smoke-run")
+    completed = _run_cli(
+        "run", "--grid", "smoke", "--environments", ",".join(CPU_ENVIRONMENTS),
+        "--out", str(run_dir), "--no-summary", "--quiet",
+    )  # fmt: skip
+    assert completed.returncode == 0, f"smoke run failed:\n{completed.stdout}\n{completed.stderr}"
+    return run_dir

@@ -1,0 +1,159 @@
+"""`python -m benchlib`: arguments, parameter files merged as papermill's -f, failures confined to their environment."""
+
+from __future__ import annotations
+
+import datetime
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from benchlib import read_results
+from benchlib.cli import main
+from benchlib.params import ParameterError
+from benchlib.runner import (
+    DEFAULT_ENVIRONMENTS, PARAMETERS_DIR, PROJECT_ROOT, default_run_dir, notebook_parameters, plan_run, rows_written,
+)  # fmt: skip
+
+
+def write_yaml(path: Path, values: dict) -> Path:
+    path.write_text(yaml.safe_dump(values), encoding="utf-8")
+    return path
+
+
+def test_shipped_parameter_files_all_validate(tmp_path: Path) -> None:
+    environments = sorted(path.stem for path in PARAMETERS_DIR.glob("environments/*.yaml"))
+    assert environments == sorted(
+        f"{device}-{name}" for device in ("cpu", "gpu") for name in ("pytorch", "torchscript", "tensorflow", "tensorflow-xla")
+    )
+    for grid in ("quick", "article", "smoke"):
+        jobs = plan_run(tmp_path, grid, environments)
+        assert [job.name for job in jobs] == environments
+        assert {job.params.device for job in jobs if job.name.startswith("gpu-")} == {"cuda"}
+        assert all(len(job.params.models) == 10 for job in jobs)
+    article = plan_run(tmp_path, "article", ["cpu-pytorch"])[0].params
+    assert (article.batch_sizes, article.sequence_lengths) == ([1, 2, 4, 8], [8, 64, 128, 256, 512, 1024])
+    assert (article.repeat, article.number, article.model_scale) == (30, 3, "full")
+
+
+def test_defaults_are_the_four_cpu_environments_on_the_quick_grid(tmp_path: Path) -> None:
+    jobs = plan_run(tmp_path / "run")
+    assert [job.name for job in jobs] == list(DEFAULT_ENVIRONMENTS)
+    assert [(job.params.framework, job.params.mode, job.params.device) for job in jobs] == [
+        ("pytorch", "eager", "cpu"), ("pytorch", "torchscript", "cpu"), ("tensorflow", "function", "cpu"), ("tensorflow", "xla", "cpu"),
+    ]  # fmt: skip
+    quick = yaml.safe_load((PARAMETERS_DIR / "grids" / "quick.yaml").read_text())
+    assert all(job.params.models == quick["models"] and job.params.model_scale == "full" for job in jobs)
+    assert [job.output_dir for job in jobs] == [tmp_path / "run" / name for name in DEFAULT_ENVIRONMENTS]
+    stamp = default_run_dir(datetime.datetime(2025, 1, 2, 3, 4, 5))
+    assert stamp == PROJECT_ROOT / "outputs" / "2025-01-02_030405"
+
+
+def test_parameter_files_merge_in_order_grid_environment_then_params(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    grid = write_yaml(tmp_path / "grid.yaml", {"models": ["gpt2"], "batch_sizes": [1], "sequence_lengths": [8], "repeat": 2, "number": 1})
+    env = write_yaml(tmp_path / "env.yaml", {"framework": "tensorflow", "mode": "xla", "repeat": 3, "number": 4})
+    first = write_yaml(tmp_path / "first.yaml", {"repeat": 5, "models": ["bert-base-cased"], "output_dir": "ignored"})
+    second = write_yaml(tmp_path / "second.yaml", {"repeat": 7})
+    monkeypatch.chdir(tmp_path)
+    [job] = plan_run(Path("relative-run"), grid, [env], [first, second])
+    assert job.name == "env"  # named after its file when it does not say
+    assert (job.params.repeat, job.params.number, job.params.models, job.params.framework) == (7, 4, ["bert-base-cased"], "tensorflow")
+    assert job.output_dir == tmp_path / "relative-run" / "env"  # absolute: the kernel works in notebooks/
+    assert job.sources == (grid, env, first, second)
+
+
+def test_bad_parameters_are_reported_one_line_each_before_anything_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bogus = write_yaml(tmp_path / "bogus.yaml", {"environment": "cpu-bogus", "framework": "jax", "mode": "eager"})
+    typo = write_yaml(tmp_path / "typo.yaml", {"repaet": 3})
+    with pytest.raises(ParameterError) as error:
+        plan_run(tmp_path, "smoke", ["cpu-pytorch", bogus, "cpu-nope"])
+    lines = str(error.value).splitlines()
+    assert any("'cpu-nope' not found" in line and "cpu-tensorflow-xla" in line for line in lines)
+    assert any(line.startswith("cpu-bogus: framework: must be one of pytorch, tensorflow") and str(bogus) in line for line in lines)
+
+    run_dir = tmp_path / "run"
+    assert main(["run", "--grid", "smoke", "--environments", f"cpu-pytorch,{bogus}", "--out", str(run_dir), "--no-summary"]) == 2
+    assert "cpu-bogus: framework: must be one of pytorch, tensorflow" in capsys.readouterr().err
+    assert main(["run", "--grid", "smoke", "--params", str(typo), "--out", str(run_dir), "--no-summary"]) == 2
+    assert "repaet: unknown parameter" in capsys.readouterr().err
+    assert main(["run", "--grid", "nope", "--out", str(run_dir)]) == 2
+    assert "grid 'nope' not found; available: article, quick, smoke" in capsys.readouterr().err
+    assert main(["run", "--params", str(tmp_path / "missing.yaml"), "--out", str(run_dir)]) == 2
+    assert "missing.yaml: no such parameter file" in capsys.readouterr().err
+    assert not run_dir.exists()  # nothing started
+
+
+def test_duplicate_and_unsafe_environment_names_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ParameterError, match="'cpu-pytorch' appears more than once"):
+        plan_run(tmp_path, "smoke", ["cpu-pytorch", "cpu-pytorch"])
+    escape = write_yaml(tmp_path / "escape.yaml", {"environment": "../up", "framework": "pytorch", "mode": "eager"})
+    with pytest.raises(ParameterError, match="environment: '../up' must start with a letter or digit"):
+        plan_run(tmp_path, "smoke", [escape])
+
+
+def test_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main([])
+    assert exit_.value.code == 2
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "--bogus"])
+    assert exit_.value.code == 2 and "unrecognized arguments: --bogus" in capsys.readouterr().err
+    assert main(["run", "--environments", " , ", "--out", str(tmp_path)]) == 2
+    assert main(["summary", str(tmp_path / "no-run")]) == 2
+    assert "no such folder" in capsys.readouterr().err
+
+
+def test_notebook_parameters_takes_only_benchmark_parameters() -> None:
+    namespace = {"environment": "e", "repeat": 3, "seed": 1, "rows": object(), "__name__": "__main__"}
+    assert notebook_parameters(namespace) == {"environment": "e", "repeat": 3, "seed": 1}
+
+
+def kernel_processes(pid: int) -> list[psutil.Process]:
+    """The ipykernel processes started by process `pid`."""
+    found = []
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            if any("ipykernel_launcher" in part for part in child.cmdline()):
+                found.append(child)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_an_environment_whose_kernel_dies_does_not_stop_the_others(tmp_path: Path) -> None:
+    """The first environment's kernel is killed mid-sweep; the second still runs; the exit status says one failed."""
+    victim = write_yaml(tmp_path / "victim.yaml", {"environment": "cpu-victim", "framework": "pytorch", "mode": "eager", "num_threads": 1, "repeat": 2000})
+    models = write_yaml(tmp_path / "models.yaml", {"models": ["gpt2", "bert-base-cased", "distilgpt2"]})
+    run_dir = tmp_path / "run"
+    command = [
+        sys.executable, "-m", "benchlib", "run", "--grid", "smoke", "--environments", f"{victim},cpu-pytorch",
+        "--params", str(models), "--out", str(run_dir), "--no-summary", "--quiet",
+    ]  # fmt: skip
+    process = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while rows_written(run_dir / "cpu-victim") < 1:  # a cell is done, others are in flight
+            assert time.monotonic() < deadline and process.poll() is None, "the first environment never wrote a row"
+            time.sleep(0.2)
+        [kernel] = kernel_processes(process.pid)
+        kernel.send_signal(signal.SIGKILL)
+        output, _ = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+    assert process.returncode == 1, output
+    assert "[1/2] cpu-victim: FAILED" in output and "Kernel died" in output
+    assert "1 of 2 environments succeeded" in output and "failed: cpu-victim" in output
+    victim_rows = read_results(run_dir / "cpu-victim")
+    assert 1 <= len(victim_rows) < 6 and set(victim_rows["status"]) == {"ok"}
+    assert (run_dir / "cpu-victim" / "benchmark.ipynb").exists() and (run_dir / "cpu-victim" / "kernel.log").exists()
+    rows = read_results(run_dir / "cpu-pytorch")  # the next environment ran in full, with the --params models
+    assert sorted(set(rows["model"])) == ["bert-base-cased", "distilgpt2", "gpt2"]
+    assert len(rows) == 6 and set(rows["status"]) == {"ok"}
