@@ -11,7 +11,7 @@ from pathlib import Path
 
 from benchlib import status
 from benchlib.params import ParameterError
-from benchlib.runner import DEFAULT_ENVIRONMENTS, DEFAULT_GRID, PROJECT_ROOT, default_run_dir, format_duration, plan_run, run_environments
+from benchlib.runner import DEFAULT_ENVIRONMENTS, DEFAULT_GRID, DEFAULT_MAX_RESTARTS, PROJECT_ROOT, default_run_dir, format_duration, plan_run, run_environments
 
 USAGE_ERROR = 2
 
@@ -30,6 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--params", action="append", default=[], metavar="FILE", help="a .yaml file of parameter values set over the grid's and the environment's; repeatable, later files win")
     run.add_argument("--out", type=Path, help="the run folder (default: outputs/<timestamp>); a rerun on the same folder measures only the missing cells")
+    run.add_argument("--force", action="store_true", help="measure every cell again; earlier results are kept as results.<timestamp>.csv")
+    run.add_argument("--max-restarts", type=int, default=DEFAULT_MAX_RESTARTS, metavar="N", help=f"restarts of an environment whose kernel died mid-cell (default: {DEFAULT_MAX_RESTARTS})")
     run.add_argument("--no-summary", action="store_true", help="do not render the summary after the environments")
     run.add_argument("--quiet", action="store_true", help="no progress bars")
 
@@ -60,6 +62,9 @@ def command_run(args: argparse.Namespace) -> int:
     if not environments:
         print("--environments: give at least one environment", file=sys.stderr)
         return USAGE_ERROR
+    if args.max_restarts < 0:
+        print(f"--max-restarts: must be 0 or more, not {args.max_restarts}", file=sys.stderr)
+        return USAGE_ERROR
     try:
         jobs = plan_run(run_dir, args.grid, environments, args.params)
     except ParameterError as error:
@@ -67,7 +72,9 @@ def command_run(args: argparse.Namespace) -> int:
         return USAGE_ERROR
     print(f"run folder: {run_dir}", flush=True)
     start = time.perf_counter()
-    outcomes = run_environments(jobs, progress=not args.quiet, report=lambda line: print(line, flush=True))
+    outcomes = run_environments(
+        jobs, progress=not args.quiet, report=lambda line: print(line, flush=True), max_restarts=args.max_restarts, force=args.force
+    )
     failed = [outcome.name for outcome in outcomes if not outcome.succeeded]
     print(f"{len(outcomes) - len(failed)} of {len(outcomes)} environments succeeded in {format_duration(time.perf_counter() - start)}", flush=True)
     if failed:

@@ -22,6 +22,8 @@ from pydantic import ValidationError
 from tqdm import tqdm
 
 from benchlib import status
+from benchlib.locking import FolderInUseError, environment_lock
+from benchlib.recovery import record_crash, set_aside_results
 from benchlib.params import BenchmarkParams, ParameterError, format_validation_error
 from benchlib.results import RESULTS_FILE
 
@@ -32,6 +34,7 @@ OUTPUTS_DIR = PROJECT_ROOT / "outputs"
 EXECUTED_NOTEBOOK = "benchmark.ipynb"
 KERNEL_LOG = "kernel.log"
 DEFAULT_GRID = "quick"
+DEFAULT_MAX_RESTARTS = 3
 DEFAULT_ENVIRONMENTS: tuple[str, ...] = ("cpu-pytorch", "cpu-torchscript", "cpu-tensorflow", "cpu-tensorflow-xla")
 ENVIRONMENT_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 
@@ -224,25 +227,56 @@ def kernel_manager_logging_to(path: Path) -> type:
     return LoggingKernelManager
 
 
-def run_one_environment(job: EnvironmentJob, notebook: Path = NOTEBOOK, progress: bool = True) -> EnvironmentOutcome:
-    """Execute the benchmark notebook for `job` in a fresh kernel; the executed copy goes to its output_dir."""
+def run_one_environment(
+    job: EnvironmentJob,
+    notebook: Path = NOTEBOOK,
+    progress: bool = True,
+    max_restarts: int = DEFAULT_MAX_RESTARTS,
+    force: bool = False,
+    report: Callable[[str], None] = print,
+) -> EnvironmentOutcome:
+    """Execute the benchmark notebook for `job` in a fresh kernel; the executed copy goes to its output_dir.
+
+    When the kernel dies while a cell is in flight, that cell gets a `crashed` row and the
+    environment starts again in a new kernel, which resumes after it (at most `max_restarts`
+    times). `force` first sets the folder's results aside, so that every cell is measured again.
+    """
     import papermill
 
     start = time.perf_counter()
     try:
         job.output_dir.mkdir(parents=True, exist_ok=True)
-        with _ResultsProgress(job, enabled=progress):
-            papermill.execute_notebook(
-                str(notebook),
-                str(job.output_dir / EXECUTED_NOTEBOOK),
-                parameters=job.params.model_dump(exclude_unset=True),
-                cwd=str(notebook.parent),
-                progress_bar=False,
-                kernel_manager_class=kernel_manager_logging_to(job.output_dir / KERNEL_LOG),
-            )
-    except Exception as exc:  # the notebook raised, its kernel died or could not start: this environment only
-        return EnvironmentOutcome(job.name, False, time.perf_counter() - start, _describe_failure(exc))
-    return EnvironmentOutcome(job.name, True, time.perf_counter() - start)
+        with environment_lock(job.output_dir):  # refuse now if another run writes here
+            if force and (aside := set_aside_results(job.output_dir)):
+                report(f"{job.name}: earlier results set aside as {aside}")
+    except (OSError, FolderInUseError) as exc:
+        return EnvironmentOutcome(job.name, False, time.perf_counter() - start, str(exc))
+    restarts = 0
+    while True:
+        try:
+            with _ResultsProgress(job, enabled=progress):
+                papermill.execute_notebook(
+                    str(notebook),
+                    str(job.output_dir / EXECUTED_NOTEBOOK),
+                    parameters=job.params.model_dump(exclude_unset=True),
+                    cwd=str(notebook.parent),
+                    progress_bar=False,
+                    kernel_manager_class=kernel_manager_logging_to(job.output_dir / KERNEL_LOG),
+                )
+        except Exception as exc:  # the notebook raised, its kernel died or could not start: this environment only
+            error = _describe_failure(exc)
+            try:
+                with environment_lock(job.output_dir):
+                    crashed = record_crash(job.output_dir, error)
+            except FolderInUseError:
+                crashed = None
+            if crashed is None or restarts >= max_restarts:
+                return EnvironmentOutcome(job.name, False, time.perf_counter() - start, error)
+            restarts += 1
+            cell = f"{crashed['model']} {crashed['batch_size']}x{crashed['sequence_length']}"
+            report(f"{job.name}: the kernel stopped while measuring {cell} ({error}); marked crashed, restarting ({restarts} of {max_restarts})")
+            continue
+        return EnvironmentOutcome(job.name, True, time.perf_counter() - start)
 
 
 def run_environments(
@@ -250,6 +284,8 @@ def run_environments(
     notebook: Path = NOTEBOOK,
     progress: bool = True,
     report: Callable[[str], None] = print,
+    max_restarts: int = DEFAULT_MAX_RESTARTS,
+    force: bool = False,
 ) -> list[EnvironmentOutcome]:
     """Run every job in turn; one that fails does not stop the others."""
     outcomes = []
@@ -259,7 +295,7 @@ def run_environments(
             f"[{index}/{len(jobs)}] {job.name}: {p.framework}/{p.mode} on {p.device}, {job.cell_count} cells "
             f"({len(p.models)} models x {len(p.batch_sizes)} batch sizes x {len(p.sequence_lengths)} sequence lengths)"
         )
-        outcome = run_one_environment(job, notebook, progress)
+        outcome = run_one_environment(job, notebook, progress, max_restarts, force, report)
         if outcome.succeeded:
             report(f"[{index}/{len(jobs)}] {job.name}: done in {format_duration(outcome.elapsed_s)}, {rows_written(job.output_dir)} rows in {job.output_dir / RESULTS_FILE}")
         else:

@@ -128,7 +128,11 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
             bar.set_postfix_str(f"{cell[0]} {cell[1]}x{cell[2]} {state}")
             bar.update()
 
-        for name in dict.fromkeys(model for model, _, _ in todo):
-            shapes = [(b, s) for model, b, s in todo if model == name]
-            sweep_model(backend, get_model(name), params, shapes, emit, begin)
+        try:
+            for name in dict.fromkeys(model for model, _, _ in todo):
+                shapes = [(b, s) for model, b, s in todo if model == name]
+                sweep_model(backend, get_model(name), params, shapes, emit, begin)
+        except KeyboardInterrupt:  # stopped by the user, not a crash: the cell is measured again next time
+            clear_in_flight(output_dir)
+            raise
     return read_results(results_path)

@@ -78,6 +78,7 @@ def test_unknown_method_is_refused():
 def test_cuda_peak_uses_pytorch_counters_reset_before_the_cell(monkeypatch):
     calls = []
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: calls.append(("reset", str(device))))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: calls.append(("peak", str(device))) or 7 * MIB)
     backend = PyTorchBackend(mode="eager", device="cuda:1")
     with CellPeakMemory(backend) as peak:
@@ -94,6 +95,8 @@ def test_gpu_peak_uses_tensorflow_counters_reset_before_the_cell():
         calls = []
         tf.config.experimental.reset_memory_stats = lambda device: calls.append(["reset", device])
         tf.config.experimental.get_memory_info = lambda device: calls.append(["info", device]) or {"current": 1, "peak": 5 << 20}
+        tf.config.list_physical_devices = lambda kind=None: ["fake GPU:0"] if kind == "GPU" else []
+        tf.config.experimental.set_memory_growth = lambda device, enable: None
         backend = load_backend("tensorflow", "function", "cuda:0")
         with CellPeakMemory(backend) as peak:
             during = list(calls)

@@ -105,12 +105,16 @@ def test_gpu_synchronisation_with_a_fake_cuda(monkeypatch):
     synced, emptied = [], []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(str(device)))
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(True))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     PyTorchBackend(mode="eager", device="cpu").sync(None)
     assert synced == []
     gpu = PyTorchBackend(mode="eager", device="cuda:1")
     gpu.sync(None)
     gpu.free()
     assert synced == ["cuda:1"] and emptied == [True]
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    with pytest.raises(RuntimeError, match="device cuda: PyTorch sees 0 GPU"):
+        PyTorchBackend(mode="eager", device="cuda")
 
 
 def test_errors_stay_in_their_cell(tmp_path, monkeypatch):

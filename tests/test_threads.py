@@ -65,3 +65,19 @@ def test_tensorflow_default_threads_are_recorded_as_in_effect():
     """)
     assert recorded["intra_op_threads_configured"] == 0  # TensorFlow's default: the schedulable CPUs
     assert recorded["num_threads"] == recorded["cpus"]
+
+
+def test_tensorflow_refuses_a_gpu_it_does_not_see():
+    from tests.frameworks import run_python
+
+    message = run_python(
+        """
+        import json
+        from benchlib.backends import load_backend
+        try:
+            load_backend("tensorflow", "xla", "cuda")
+        except RuntimeError as exc:
+            print(json.dumps(str(exc)))
+        """
+    )
+    assert message == "device cuda: TensorFlow sees 0 GPU(s) on this machine"

@@ -66,6 +66,8 @@ class PyTorchBackend:
 
     def __post_init__(self) -> None:
         self._device = torch.device(self.device)
+        if self.on_gpu and (self._device.index or 0) >= torch.cuda.device_count():
+            raise RuntimeError(f"device {self.device}: PyTorch sees {torch.cuda.device_count()} GPU(s) on this machine")
         if self.num_threads:
             torch.set_num_threads(self.num_threads)
 

@@ -43,7 +43,11 @@ class TensorFlowBackend:
         self._device = tf_device_name(self.device)
         if self.num_threads:
             set_intra_op_threads(self.num_threads)
-        for gpu in tf.config.list_physical_devices("GPU"):
+        gpus = tf.config.list_physical_devices("GPU")
+        if self.on_gpu and int(self._device.rsplit(":", 1)[1]) >= len(gpus):
+            # TensorFlow would otherwise place the work on the CPU without a word.
+            raise RuntimeError(f"device {self.device}: TensorFlow sees {len(gpus)} GPU(s) on this machine")
+        for gpu in gpus:
             tf.config.experimental.set_memory_growth(gpu, True)
 
     @property

@@ -1,0 +1,126 @@
+"""Nothing lost, for real: a kernel killed mid-cell, a second writer, a run with the network blocked."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import yaml
+
+from benchlib import read_results
+from benchlib.recovery import read_in_flight
+from benchlib.runner import PARAMETERS_DIR, PROJECT_ROOT, rows_written
+
+SMOKE = yaml.safe_load((PARAMETERS_DIR / "grids" / "smoke.yaml").read_text())
+SMOKE_CELLS = len(SMOKE["models"]) * len(SMOKE["batch_sizes"]) * len(SMOKE["sequence_lengths"])
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "benchlib", *args]
+
+
+def smoke(run_dir: Path, environments: str = "cpu-pytorch") -> list[str]:
+    return cli("run", "--grid", "smoke", "--environments", environments, "--out", str(run_dir), "--no-summary", "--quiet")
+
+
+def complete_lines(data: bytes) -> bytes:
+    return data[: data.rfind(b"\n") + 1]
+
+
+def test_killed_kernel_costs_only_the_cell_in_flight(tmp_path):
+    env_dir = tmp_path / "run" / "cpu-pytorch"
+    runner = subprocess.Popen(smoke(tmp_path / "run"), cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            marker = read_in_flight(env_dir)
+            if marker and rows_written(env_dir) >= 5:
+                break
+            time.sleep(0.02)
+        else:
+            raise AssertionError("no cell was ever in flight")
+        finished_before = complete_lines((env_dir / "results.csv").read_bytes())
+        os.kill(marker["pid"], signal.SIGKILL)  # the kernel, measuring a cell
+        output, _ = runner.communicate(timeout=600)
+    finally:
+        runner.kill()
+    assert runner.returncode == 0, output
+    assert "restarting" in output
+    after = (env_dir / "results.csv").read_bytes()
+    assert after.startswith(finished_before)  # finished rows kept as they were
+    rows = read_results(env_dir)
+    cells = list(zip(rows.model, rows.batch_size, rows.sequence_length))
+    assert len(cells) == len(set(cells)) == SMOKE_CELLS  # the grid completes, every cell once
+    crashed = rows[rows.status == "crashed"]
+    assert len(crashed) == 1 and "Kernel died" in crashed.reason.iloc[0], rows.reason.tolist()
+
+    again = subprocess.run(smoke(tmp_path / "run"), cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert (env_dir / "results.csv").read_bytes() == after  # nothing measured twice
+
+
+def test_a_second_run_on_a_folder_in_use_is_refused(tmp_path):
+    env_dir = tmp_path / "run" / "cpu-pytorch"
+    first = subprocess.Popen(smoke(tmp_path / "run"), cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while read_in_flight(env_dir) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        second = subprocess.run(smoke(tmp_path / "run"), cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
+        assert first.poll() is None, "the first run ended before the second started"
+    finally:
+        first.wait(timeout=600)
+    assert second.returncode != 0
+    assert f"{env_dir} is in use by pid" in second.stdout + second.stderr
+    rows = read_results(env_dir)
+    assert len(rows) == SMOKE_CELLS and not rows.duplicated(["model", "batch_size", "sequence_length"]).any()
+
+
+BLOCK_NETWORK = """
+import os, socket, sys
+
+_LOG = os.environ["NETWORK_ATTEMPTS_LOG"]
+_LOCAL = ("127.", "::1", "localhost", "0.0.0.0", "::")
+
+
+def _blocked(where):
+    with open(_LOG, "a") as log:
+        log.write(f"{os.getpid()} {where}\\n")
+    raise OSError(f"network blocked: {where}")
+
+
+def _hook(event, args):
+    if event == "socket.connect" and args[0].family in (socket.AF_INET, socket.AF_INET6):
+        if not str(args[1][0]).startswith(_LOCAL):
+            _blocked(args[1])
+    elif event == "socket.getaddrinfo" and args[0] is not None and not str(args[0]).startswith(_LOCAL):
+        _blocked(args[0])
+
+
+sys.addaudithook(_hook)
+"""
+
+
+def test_run_completes_with_the_network_blocked(tmp_path):
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(textwrap.dedent(BLOCK_NETWORK))
+    log = tmp_path / "attempts.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
+    env.update(PYTHONPATH=str(blocker), NETWORK_ATTEMPTS_LOG=str(log))
+    # The block works: a plain download attempt is stopped and logged.
+    probe = subprocess.run([sys.executable, "-c", "import urllib.request; urllib.request.urlopen('https://huggingface.co')"], env=env, capture_output=True, text=True)
+    assert probe.returncode != 0 and "network blocked" in probe.stderr and log.read_text()
+    log.unlink()
+
+    run = subprocess.run(smoke(tmp_path / "run", "cpu-pytorch,cpu-tensorflow"), cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout + run.stderr
+    for environment in ("cpu-pytorch", "cpu-tensorflow"):
+        rows = read_results(tmp_path / "run" / environment)
+        assert len(rows) == SMOKE_CELLS and (rows.status != "error").all(), rows.reason.tolist()
+    assert not log.exists(), log.read_text()  # the kit tried no connection at all
