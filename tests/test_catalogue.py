@@ -85,8 +85,10 @@ def test_tiny_models_run_in_pytorch_eager_and_torchscript(name):
     inputs.copy_(script.make_inputs(spec.vocab_size("tiny"), 2, 8, seed=1))
     with torch.inference_mode():
         expected = model(inputs)[0]
-    torch.testing.assert_close(call()[0], expected, atol=1e-4, rtol=1e-4)
-    assert eager.prepare(model, inputs)()[0].shape[:2] == (2, 8)
+    with script.inference_context():  # where the sweep makes every call
+        torch.testing.assert_close(call()[0], expected, atol=1e-4, rtol=1e-4)
+    with eager.inference_context():
+        assert eager.prepare(model, inputs)()[0].shape[:2] == (2, 8)
 
 
 def test_transformer_xl_pytorch_is_unsupported_because_upstream_fails():
@@ -97,7 +99,7 @@ def test_transformer_xl_pytorch_is_unsupported_because_upstream_fails():
     backend = load_backend("pytorch", "eager")
     model = backend.build(spec, "tiny")
     # If this stops failing, transformers fixed it: drop the `unsupported` entry.
-    with pytest.raises(TypeError, match="type_as"):
+    with pytest.raises(TypeError, match="type_as"), backend.inference_context():
         backend.prepare(model, backend.make_inputs(spec.vocab_size("tiny"), 1, 8, seed=0))()
 
 
@@ -113,7 +115,8 @@ def test_tiny_models_run_in_tensorflow_function_and_xla():
             for name, spec in load_catalogue().items():
                 model = backend.build(spec, "tiny")
                 ids = backend.make_inputs(spec.vocab_size("tiny"), 2, 8, seed=0)
-                output = backend.prepare(model, ids)()
+                with backend.inference_context():
+                    output = backend.prepare(model, ids)()
                 out[f"{mode}/{name}"] = list(output[0].shape)
         print(json.dumps(out))
         """

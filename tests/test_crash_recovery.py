@@ -124,3 +124,26 @@ def test_run_completes_with_the_network_blocked(tmp_path):
         rows = read_results(tmp_path / "run" / environment)
         assert len(rows) == SMOKE_CELLS and (rows.status != "error").all(), rows.reason.tolist()
     assert not log.exists(), log.read_text()  # the kit tried no connection at all
+
+
+def test_force_measures_again_and_keeps_the_earlier_results(tmp_path):
+    models = tmp_path / "models.yaml"
+    models.write_text("models: [gpt2]\n")
+    command = smoke(tmp_path / "run") + ["--params", str(models)]
+    env_dir = tmp_path / "run" / "cpu-pytorch"
+    assert subprocess.run(command, cwd=PROJECT_ROOT, capture_output=True, timeout=600).returncode == 0
+    first = (env_dir / "results.csv").read_bytes()
+    forced = subprocess.run(command + ["--force"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)
+    assert forced.returncode == 0, forced.stderr
+    [aside] = env_dir.glob("results.2*.csv")
+    assert aside.read_bytes() == first and "earlier results set aside" in forced.stdout
+    again = read_results(env_dir)
+    assert len(again) == len(read_results(aside)) == len(SMOKE["sequence_lengths"])
+    assert again.samples_s.tolist() != read_results(aside).samples_s.tolist()  # measured anew
+
+
+def test_max_restarts_must_not_be_negative(capsys):
+    from benchlib.cli import main
+
+    assert main(["run", "--max-restarts", "-1"]) == 2
+    assert "--max-restarts: must be 0 or more, not -1" in capsys.readouterr().err

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import requests
 
-from benchlib.runner import PROJECT_ROOT
 
 
 def free_port() -> int:

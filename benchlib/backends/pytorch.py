@@ -6,6 +6,7 @@ import contextlib
 import gc
 import os
 import re
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -88,7 +89,9 @@ class PyTorchBackend:
 
     def prepare(self, model: torch.nn.Module, inputs: torch.Tensor) -> Callable[[], Any]:
         if self.mode == "torchscript":
-            with torch.inference_mode(), traceable_masks():
+            # The tracer warns about every Python branch it fixes for this shape: tracing per shape is the point.
+            with torch.inference_mode(), traceable_masks(), warnings.catch_warnings():
+                warnings.simplefilter("ignore", torch.jit.TracerWarning)
                 traced = torch.jit.trace(model, inputs)
             target = traced
         else:
