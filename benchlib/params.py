@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, ValidationInfo, field_validator
 
 from benchlib.backends import BACKENDS, modes
 from benchlib.catalogue import MODEL_SCALES, load_catalogue
@@ -22,17 +22,17 @@ class BenchmarkParams(BaseModel):
     framework: Literal["pytorch", "tensorflow"]
     mode: str
     device: str = "cpu"
-    num_threads: int | None = Field(default=None, ge=1)
+    num_threads: StrictInt | None = Field(default=None, ge=1)
     models: list[str] = Field(min_length=1)
     model_scale: Literal["full", "tiny"] = "full"
-    batch_sizes: list[int] = Field(min_length=1)
-    sequence_lengths: list[int] = Field(min_length=1)
-    warmup: int = Field(default=1, ge=0)
+    batch_sizes: list[StrictInt] = Field(min_length=1)
+    sequence_lengths: list[StrictInt] = Field(min_length=1)
+    warmup: StrictInt = Field(default=1, ge=0)
     repeat: int | Literal["auto"] = 30
-    number: int = Field(default=3, ge=1)
+    number: StrictInt = Field(default=3, ge=1)
     target_rel_ci: float = Field(default=0.02, gt=0, lt=1)
     max_cell_seconds: float = Field(default=60.0, gt=0)
-    min_samples: int = Field(default=5, ge=2)
+    min_samples: StrictInt = Field(default=5, ge=2)
     seed: int = 0
     memory_limit_gb: float | None = Field(default=None, gt=0)
     output_dir: str = Field(min_length=1)
@@ -51,7 +51,7 @@ class BenchmarkParams(BaseModel):
     def _repeat(cls, repeat: Any) -> int | str:
         if repeat == "auto" or (isinstance(repeat, int) and not isinstance(repeat, bool) and repeat >= 1):
             return repeat
-        raise ValueError(f"repeat must be a positive integer or 'auto', not {repeat!r}")
+        raise ValueError(f"must be a positive integer or 'auto', not {repeat!r}")
 
     @field_validator("batch_sizes", "sequence_lengths")
     @classmethod
@@ -64,14 +64,16 @@ class BenchmarkParams(BaseModel):
     @classmethod
     def _device(cls, device: str) -> str:
         if not re.fullmatch(DEVICE_PATTERN, device):
-            raise ValueError(f"device must be cpu, cuda or cuda:N, not {device!r}")
+            raise ValueError(f"must be cpu, cuda or cuda:N, not {device!r}")
         return device
 
-    @model_validator(mode="after")
-    def _mode_of_framework(self) -> BenchmarkParams:
-        if self.mode not in modes(self.framework):
-            raise ValueError(f"mode for {self.framework} must be one of {', '.join(modes(self.framework))}, not {self.mode!r}")
-        return self
+    @field_validator("mode")
+    @classmethod
+    def _mode_of_framework(cls, mode: str, info: ValidationInfo) -> str:
+        framework = info.data.get("framework")  # absent when the framework itself is invalid
+        if framework and mode not in modes(framework):
+            raise ValueError(f"mode for {framework} must be one of {', '.join(modes(framework))}, not {mode!r}")
+        return mode
 
 
 class ParameterError(ValueError):

@@ -9,6 +9,7 @@ the executed notebook (the record), `results.csv` and `environment.json`.
 from __future__ import annotations
 
 import datetime
+import os
 import re
 import threading
 import time
@@ -89,6 +90,10 @@ def load_parameter_file(path: Path) -> dict[str, Any]:
     """The mapping in a YAML parameter file; ParameterError naming the file otherwise."""
     try:
         values = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise ParameterError(f"{path}: unreadable YAML: {where}{exc.problem}") from None
     except (OSError, yaml.YAMLError) as exc:
         raise ParameterError(f"{path}: unreadable YAML: {' '.join(str(exc).split())}") from None
     if values is None:
@@ -126,6 +131,18 @@ def make_job(run_dir: Path, grid_file: Path, env_file: Path, extra_files: Sequen
         raise ParameterError("\n".join(f"{line} (from {origin[f]})" if f in origin else line for line, f in zip(lines, fields))) from None
 
 
+def unwritable(folder: Path) -> str | None:
+    """Why `folder` cannot be created or written, or None when it can."""
+    existing = folder
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"--out: {folder}: cannot be created, {existing} is not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"--out: {folder}: cannot be written, {existing} is not writable"
+    return None
+
+
 def plan_run(
     run_dir: Path,
     grid: str | Path = DEFAULT_GRID,
@@ -133,8 +150,8 @@ def plan_run(
     params_files: Sequence[str | Path] = (),
 ) -> list[EnvironmentJob]:
     """The validated jobs of a run, in order; ParameterError lists every problem found (one line each)."""
-    problems: list[str] = []
     run_dir = run_dir.absolute()  # the kernel works in the notebook's folder
+    problems: list[str] = [problem] if (problem := unwritable(run_dir)) else []
 
     def resolved(name: str | Path, kind: str | None) -> Path | None:
         try:
@@ -156,7 +173,7 @@ def plan_run(
     names = [job.name for job in jobs]
     problems += [f"environment {n!r} appears more than once" for n in sorted({n for n in names if names.count(n) > 1})]
     if problems:
-        raise ParameterError("\n".join(problems))
+        raise ParameterError("\n".join(dict.fromkeys(problems)))  # a bad shared file is named once
     return jobs
 
 

@@ -126,7 +126,7 @@ def test_repeat_parameter_takes_auto_and_positive_integers(tmp_path):
     defaults = validate_params(grid(tmp_path))
     assert (defaults.repeat, defaults.number, defaults.target_rel_ci, defaults.min_samples) == (30, 3, 0.02, 5)
     for bad in ("sometimes", 0, True):
-        with pytest.raises(ParameterError, match=r"^parameters: repeat: repeat must be a positive integer or 'auto', not"):
+        with pytest.raises(ParameterError, match=r"^parameters: repeat: must be a positive integer or 'auto', not"):
             validate_params(grid(tmp_path, repeat=bad))
     with pytest.raises(ParameterError, match=r"^parameters: min_samples: Input should be greater than or equal to 2$"):
         validate_params(grid(tmp_path, min_samples=1))

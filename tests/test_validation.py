@@ -1,0 +1,52 @@
+"""Every bad parameter is refused before anything starts: one line naming the file and field, exit status 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchlib.cli import main
+
+CASES = {
+    "unknown model": ({"models": ["bert-large"]}, "models: unknown model bert-large; the catalogue has: gpt2, bert-base-cased"),
+    "unknown framework": ({"framework": "jax"}, "framework: must be one of pytorch, tensorflow"),
+    "unknown mode": ({"mode": "jit"}, "mode: mode for pytorch must be one of eager, torchscript, not 'jit'"),
+    "mode the framework lacks": ({"mode": "xla"}, "mode: mode for pytorch must be one of eager, torchscript, not 'xla'"),
+    "unknown device": ({"device": "tpu"}, "device: must be cpu, cuda or cuda:N, not 'tpu'"),
+    "empty sizes": ({"batch_sizes": []}, "batch_sizes: List should have at least 1 item"),
+    "negative size": ({"sequence_lengths": [8, -64]}, "sequence_lengths: sizes must be positive integers"),
+    "non-integer size": ({"batch_sizes": [1.5]}, "batch_sizes.0: Input should be a valid integer"),
+    "boolean size": ({"batch_sizes": [True]}, "batch_sizes.0: Input should be a valid integer"),
+    "repeat below 1": ({"repeat": 0}, "repeat: must be a positive integer or 'auto', not 0"),
+    "number below 1": ({"number": 0}, "number: Input should be greater than or equal to 1"),
+    "unknown key": ({"batch_size": [1]}, "batch_size: unknown parameter; allowed: environment, framework, mode"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_value_in_a_params_file(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    values, message = CASES[case]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(values))
+    out = tmp_path / "run"
+    assert main(["run", "--grid", "smoke", "--environments", "cpu-pytorch", "--params", str(bad), "--out", str(out)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and lines[0].startswith("cpu-pytorch: ") and str(bad) in lines[0]
+    assert not out.exists()  # nothing started
+
+
+def test_unreadable_yaml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("models: [gpt2\nrepeat: 3\n")
+    assert main(["run", "--params", str(bad), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"{bad}: unreadable YAML: line 2, column 7: expected ',' or ']', but got ':'"
+
+
+def test_output_folder_that_cannot_be_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    assert main(["run", "--grid", "smoke", "--out", str(blocker / "run")]) == 2
+    assert capsys.readouterr().err.strip() == f"--out: {blocker / 'run'}: cannot be created, {blocker} is not a folder"
