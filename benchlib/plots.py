@@ -100,7 +100,7 @@ def averages_bars(averages: pd.DataFrame) -> Figure:
         ax.set_title(f"Average inference time per call on {device} ({machine})\n{excluded} cells excluded: not ok in some environment")
         ax.set_xlabel("environment")
         ax.set_ylabel("mean time per call (s)")
-        ax.legend(title="averaged over", fontsize=8)
+        ax.legend(title="averaged over", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     plt.close(figure)
     return figure
 
