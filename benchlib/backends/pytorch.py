@@ -21,13 +21,6 @@ from transformers import masking_utils  # noqa: E402
 from benchlib.catalogue import ModelSpec
 
 
-def _first_tensor(output: Any) -> torch.Tensor:
-    """The first tensor of a model output (a ModelOutput, a tuple or a tensor)."""
-    if isinstance(output, torch.Tensor):
-        return output
-    return output[0]
-
-
 def _broadcast_for_bhqkv(mask_function: Callable, bh_indices: bool = True) -> Callable:
     """Drop-in for transformers' `_vmap_for_bhqkv` that broadcasts instead of using `torch.vmap`."""
 
