@@ -9,6 +9,7 @@ import nbformat
 import pandas as pd
 from matplotlib.figure import Figure
 
+from benchlib.runner import KERNEL_LOG, PROJECT_ROOT, kernel_manager_logging_to
 from benchlib.summary import save_table
 
 SUMMARY_NOTEBOOK = "summary.ipynb"
@@ -17,7 +18,7 @@ SUMMARY_HTML = "summary.html"
 
 def notebook_path() -> Path:
     """notebooks/summary.ipynb of the kit's checkout (the folder that holds benchlib/)."""
-    path = Path(__file__).resolve().parent.parent / "notebooks" / SUMMARY_NOTEBOOK
+    path = PROJECT_ROOT / "notebooks" / SUMMARY_NOTEBOOK
     if not path.is_file():
         raise FileNotFoundError(f"the summary notebook is missing: {path} (benchlib renders summaries from a checkout of the kit)")
     return path
@@ -45,7 +46,7 @@ def render_summary(run_dirs: list[Path] | list[str], output_dir: Path | None = N
     executed = output / SUMMARY_NOTEBOOK
     papermill.execute_notebook(
         str(notebook), str(executed), parameters={"run_dirs": [str(run) for run in runs], "output_dir": str(output)},
-        cwd=str(notebook.parent), progress_bar=False,
+        cwd=str(notebook.parent), progress_bar=False, kernel_manager_class=kernel_manager_logging_to(output / KERNEL_LOG),
     )  # fmt: skip
     exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
     body, _ = exporter.from_notebook_node(nbformat.read(executed, as_version=4))
