@@ -24,7 +24,7 @@ class ModelSpec:
     published_parameters: int | None
     config: dict[str, Any]
     tiny: dict[str, Any]
-    torchscript_config: dict[str, Any] = field(default_factory=dict)
+    inference_config: dict[str, Any] = field(default_factory=dict)
     unsupported: dict[str, str] = field(default_factory=dict)
 
     def fits(self, sequence_length: int) -> bool:

@@ -17,7 +17,7 @@ import yaml
 
 from benchlib.backends import load_backend
 from benchlib.catalogue import get_model
-from benchlib.timing import AUTO, Measurement, TimingSpec, measure, time_first_call
+from benchlib.timing import AUTO, Measurement, TimingSpec, measure, prepare_and_call_once
 
 STUDY_SPEC = TimingSpec(warmup=1, repeat=30, number=3)
 TARGETS = {"median_diff_percent": 3.0, "overhead_us": 5.0, "call_reduction": 2.0, "mean_diff_percent": 3.0}
@@ -37,7 +37,7 @@ def prepared_calls(cells: list[dict[str, Any]], num_threads: int | None = None, 
         for cell in group:
             inputs = backend.make_inputs(spec.vocab_size(scale), cell["batch_size"], cell["sequence_length"], seed)
             with backend.inference_context():
-                call, _ = time_first_call(lambda: backend.prepare(built, inputs), backend.sync)
+                call, _, _ = prepare_and_call_once(lambda: backend.prepare(built, inputs), backend.sync)
                 yield cell, backend, call
         del built
         backend.free()

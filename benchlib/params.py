@@ -22,20 +22,33 @@ class BenchmarkParams(BaseModel):
     framework: Literal["pytorch", "tensorflow"]
     mode: str
     device: str = "cpu"
-    num_threads: StrictInt | None = Field(default=None, ge=1)
+    num_threads: int | Literal["cores"] | None = None
+    num_interop_threads: StrictInt | None = Field(default=None, ge=1)
     models: list[str] = Field(min_length=1)
     model_scale: Literal["full", "tiny"] = "full"
     batch_sizes: list[StrictInt] = Field(min_length=1)
     sequence_lengths: list[StrictInt] = Field(min_length=1)
     warmup: StrictInt = Field(default=1, ge=0)
+    warmup_max_seconds: float = Field(default=5.0, ge=0)
     repeat: int | Literal["auto"] = 30
     number: StrictInt = Field(default=3, ge=1)
     target_rel_ci: float = Field(default=0.02, gt=0, lt=1)
     max_cell_seconds: float = Field(default=60.0, gt=0)
     min_samples: StrictInt = Field(default=5, ge=2)
     seed: int = 0
+    max_interference: float = Field(default=0.05, ge=0, le=1)
+    remeasure: StrictInt = Field(default=2, ge=0)
+    rounds: StrictInt = Field(default=1, ge=1)
+    current_round: StrictInt = Field(default=1, ge=1)
     memory_limit_gb: float | None = Field(default=None, gt=0)
     output_dir: str = Field(min_length=1)
+
+    @field_validator("num_threads", mode="before")
+    @classmethod
+    def _threads(cls, num_threads: Any) -> int | str | None:
+        if num_threads in (None, "cores") or (isinstance(num_threads, int) and not isinstance(num_threads, bool) and num_threads >= 1):
+            return num_threads
+        raise ValueError(f"must be a positive integer, 'cores' (every CPU this process may use) or null (the framework's default), not {num_threads!r}")
 
     @field_validator("models")
     @classmethod
@@ -74,6 +87,15 @@ class BenchmarkParams(BaseModel):
         if framework and mode not in modes(framework):
             raise ValueError(f"mode for {framework} must be one of {', '.join(modes(framework))}, not {mode!r}")
         return mode
+
+
+    @field_validator("current_round")
+    @classmethod
+    def _round_of_rounds(cls, current_round: int, info: ValidationInfo) -> int:
+        rounds = info.data.get("rounds")
+        if rounds is not None and current_round > rounds:
+            raise ValueError(f"must be between 1 and rounds ({rounds}), not {current_round}")
+        return current_round
 
 
 class ParameterError(ValueError):

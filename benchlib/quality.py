@@ -1,4 +1,5 @@
-"""How far a run's numbers can be trusted, for the summary: noisy cells, thread counts, peak memory.
+"""How far a run's numbers can be trusted, for the summary: noisy cells, thread counts, peak memory,
+other work on the machine (interference) and the machine's own speed (the speed probe).
 
 Pure functions of results rows (`read_results`) and of the environment.json files of a run.
 """
@@ -11,12 +12,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import matplotlib.dates as mdates
 import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from benchlib import stats, status
-from benchlib.results import ENVIRONMENT_FILE
+from benchlib import probe, stats, status
+from benchlib.results import ENVIRONMENT_FILE, is_true
 from benchlib.summary import machine_label
 
 MIB = 2**20
@@ -107,3 +109,167 @@ def plot_peak_memory(rows: pd.DataFrame) -> plt.Figure:
     grid.set_titles("{col_name}")
     grid.figure.suptitle("Peak memory per cell (GPU: framework counter; CPU: process peak resident set)", y=1.02)
     return grid.figure
+
+
+# ---------------------------------------------------------------- other work on the machine, the machine's own speed
+
+
+def _with_columns(rows: pd.DataFrame, columns: Iterable[str]) -> pd.DataFrame:
+    """`rows` with every one of `columns`, empty where missing (rows from before a column existed)."""
+    return rows.reindex(columns=list(dict.fromkeys([*rows.columns, *columns])))
+
+
+def _names(names: Iterable[str]) -> str:
+    """`a`, `a and b`, `a, b and c`."""
+    names = list(names)
+    return " and ".join(names) if len(names) < 3 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def disturbed_cells(rows: pd.DataFrame) -> pd.DataFrame:
+    """The kept `ok` cells still `disturbed` (other processes used more of the machine than allowed) after any remeasuring.
+
+    Columns: environment, model, batch_size, sequence_length, interference, attempts, median_s.
+    """
+    columns = [*CELL_COLUMNS, "interference", "attempts", "median_s"]
+    rows = _with_columns(rows, [*columns, "status", "disturbed"])
+    return rows.loc[(rows["status"] == status.OK) & is_true(rows["disturbed"]), columns].reset_index(drop=True)
+
+
+def round_spread(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per environment measured in two rounds or more (rows of `summary.load_runs`): how far its cells' per-round
+    medians spread (largest minus smallest, % of the cell's time): the median over cells and the largest, with its cell."""
+    columns = ["environment", "cells", "rounds", "median_spread_pct", "largest_spread_pct", "largest_spread_cell"]
+    rows = _with_columns(rows, ["status", "rounds", "round_spread_pct"])
+    several = rows[(rows["status"] == status.OK) & (pd.to_numeric(rows["rounds"], errors="coerce") > 1)]
+    records = []
+    for env, cells in several.groupby("environment", sort=False):
+        worst = cells.loc[cells["round_spread_pct"].idxmax()]
+        records.append({
+            "environment": env, "cells": len(cells), "rounds": int(cells["rounds"].max()),
+            "median_spread_pct": float(cells["round_spread_pct"].median()), "largest_spread_pct": float(worst["round_spread_pct"]),
+            "largest_spread_cell": f"{worst['model']} {worst['batch_size']}x{worst['sequence_length']}",
+        })  # fmt: skip
+    return pd.DataFrame(records, columns=columns)
+
+
+def _threshold(environments: list[dict[str, Any]]) -> str:
+    """The `max_interference` the environments ran with, in % ("5%", "5% or 10%")."""
+    values = {(env.get("interference") or {}).get("max_interference") for env in environments}
+    return " or ".join(f"{100 * float(v):g}%" for v in sorted(v for v in values if v is not None)) or "max_interference"
+
+
+def interference_notes(rows: pd.DataFrame, environments: list[dict[str, Any]]) -> list[str]:
+    """Sentences on how much other processes used the machine while the `ok` cells were measured; never empty.
+
+    Names the environments where it was not measured, then each environment with disturbed cells,
+    else gives the largest interference seen. `environments` (`load_environments`) give the threshold.
+    """
+    rows = _with_columns(rows, [*CELL_COLUMNS, "status", "interference", "disturbed"])
+    ok = rows[rows["status"] == status.OK].assign(interference=lambda r: pd.to_numeric(r["interference"], errors="coerce"))
+    if ok.empty:
+        return ["No cell is ok: there is no interference to report."]
+    notes = []
+    unmeasured = [env for env, cells in ok.groupby("environment", sort=False) if cells["interference"].isna().all()]
+    if unmeasured:
+        notes.append(
+            f"Interference was not measured for {_names(unmeasured)} (results from before it was recorded, or no /proc/stat): "
+            "whether other work on the machine affected their comparisons cannot be checked."
+        )
+    measured = ok[~ok["environment"].isin(unmeasured)]
+    if measured.empty:
+        return notes
+    threshold = _threshold(environments)
+    disturbed = is_true(measured["disturbed"])
+    for env, cells in measured[disturbed].groupby("environment", sort=False):
+        own = measured[measured["environment"] == env]
+        notes.append(
+            f"{env}: {len(cells)} of {len(own)} ok cells disturbed (other processes used over {threshold} of the CPUs), "
+            f"median interference {100 * own['interference'].median():.1f}%: its numbers were taken while other processes used the machine."
+        )
+    if not disturbed.any():
+        worst = measured.loc[measured["interference"].idxmax()]
+        notes.append(
+            f"No cell was disturbed (other processes above {threshold} of the CPUs, beyond the meter's resolution, which is coarse on short cells): "
+            f"the largest interference seen was {100 * worst['interference']:.1f}% "
+            f"({worst['environment']}, {worst['model']} {worst['batch_size']}x{worst['sequence_length']})."
+        )
+    return notes
+
+
+PROBE_COLUMNS = ["run", "environment", "machine", "device", "label", "time", "seconds", "workload"]
+PROBE_TOLERANCE = 0.10  # the probe's variation on one machine above which the summary warns
+
+
+def _environment_names(environments: list[dict[str, Any]]) -> list[str]:
+    """Each environment's name as `summary.load_runs` gives it: `<env>@<run>` where the name is in more than one run."""
+    names = [(env.get("parameters", {}).get("environment", env.get("folder")), Path(env.get("run") or "").name) for env in environments]
+    runs: dict[str, set[str]] = {}
+    for name, run in names:
+        runs.setdefault(name, set()).add(run)
+    return [f"{name}@{run}" if len(runs[name]) > 1 else name for name, run in names]
+
+
+def probe_table(environments: list[dict[str, Any]]) -> pd.DataFrame:
+    """One row per speed probe (`probes` of environment.json): run, environment, machine, device, label, time (UTC), seconds, workload."""
+    records = []
+    for env, name in zip(environments, _environment_names(environments)):
+        device = env.get("parameters", {}).get("device") or "cpu"
+        for record in env.get("probes") or []:
+            records.append({
+                "run": Path(env.get("run") or "").name, "environment": name,
+                "machine": machine_label(env, device), "device": device, "label": record.get("label"),
+                "time": record.get("time"), "seconds": record.get("seconds"), "workload": env.get("probe_workload"),
+            })  # fmt: skip
+    table = pd.DataFrame(records, columns=PROBE_COLUMNS)
+    table["time"] = pd.to_datetime(table["time"], utc=True, format="ISO8601")
+    table["seconds"] = pd.to_numeric(table["seconds"], errors="coerce")
+    return table
+
+
+def probe_warnings(environments: list[dict[str, Any]]) -> list[str]:
+    """One sentence per machine and device whose speed probe varied by more than 10% (slowest / fastest - 1) over the run(s).
+
+    And one naming the environments without a probe, when others have one.
+    """
+    table = probe_table(environments).dropna(subset=["seconds"])
+    warnings = []
+    without = [name for env, name in zip(environments, _environment_names(environments)) if not env.get("probes")]
+    if without and not table.empty:
+        warnings.append(f"No speed probe was recorded for {_names(without)} (results from before it existed): whether the machine changed speed while it ran cannot be checked.")
+    for (machine, device), group in table.groupby(["machine", "device"], sort=True):
+        change = probe.variation(group["seconds"].tolist())
+        if change > PROBE_TOLERANCE:
+            slow, fast = group.loc[group["seconds"].idxmax()], group.loc[group["seconds"].idxmin()]
+            names = list(dict.fromkeys(group["environment"]))
+            carried = f"comparisons between {_names(names)} carry that change" if len(names) > 1 else f"the numbers of {names[0]} carry that change"
+            warnings.append(
+                f"On {machine} ({device}) the speed probe varied by {100 * change:.0f}%, from {1000 * fast['seconds']:.1f} ms "
+                f"({fast['environment']}, {fast['label']}) to {1000 * slow['seconds']:.1f} ms ({slow['environment']}, {slow['label']}): "
+                f"the machine itself changed speed during the run, and {carried}."
+            )
+    return warnings
+
+
+def plot_probe(table: pd.DataFrame) -> plt.Figure:
+    """The speed probe (ms) over time, one colour per environment, one panel per machine and device, with ±10% of its median shaded."""
+    table = table.dropna(subset=["seconds", "time"]).assign(ms=lambda t: 1000 * t["seconds"])
+    if table.empty:
+        raise ValueError("table: no speed probe to plot")
+    groups = list(table.groupby(["machine", "device"], sort=True))
+    palette = dict(zip(dict.fromkeys(table["environment"]), sns.color_palette(n_colors=table["environment"].nunique())))
+    figure = plt.figure(figsize=(8, 3.2 * len(groups)), layout="constrained")
+    for ax, ((machine, device), group) in zip(figure.subplots(len(groups), 1, squeeze=False)[:, 0], groups):
+        median = float(group["ms"].median())
+        ax.axhspan((1 - PROBE_TOLERANCE) * median, (1 + PROBE_TOLERANCE) * median, color="0.9", label=f"median ±{100 * PROBE_TOLERANCE:.0f}%")
+        ax.axhline(median, color="0.6", linestyle="--", linewidth=1)
+        sns.lineplot(data=group, x="time", y="ms", hue="environment", palette=palette, marker="o", ax=ax)
+        ax.set_ylim(0, max(float(group["ms"].max()), (1 + PROBE_TOLERANCE) * median) * 1.1)
+        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(ax.xaxis.get_major_locator()))
+        ax.set_title(f"{machine} ({device}): variation {100 * probe.variation(group['seconds'].tolist()):.0f}% (slowest / fastest - 1)", fontsize=10)
+        ax.set_xlabel("time (UTC)")
+        ax.set_ylabel("probe time (ms)")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    workloads = ", ".join(str(w) for w in dict.fromkeys(table["workload"].dropna())) or "a fixed reference workload"
+    figure.suptitle(f"Speed probe through the run: {workloads}")
+    plt.close(figure)
+    return figure

@@ -1,14 +1,16 @@
-"""Nothing lost: the cell in flight, rows cut off by a killed process, results set aside by --force."""
+"""Nothing lost: the cell in flight (and how its kernel stopped), rows cut off by a killed process, results set aside by --force."""
 
 from __future__ import annotations
 
 import datetime
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from benchlib import status
+from benchlib.limits import GIB, NEAR_LIMIT
 from benchlib.results import RESULTS_FILE, ResultsWriter, make_row
 
 IN_FLIGHT_FILE = "in_flight.json"
@@ -44,14 +46,40 @@ def read_in_flight(output_dir: Path) -> dict[str, Any] | None:
         return None
 
 
-def record_crash(output_dir: Path, reason: str) -> dict[str, Any] | None:
-    """Write a `crashed` row for the cell in flight (if any) and clear the marker; return that cell."""
+@dataclass(frozen=True)
+class KernelEnd:
+    """How a kernel stopped while a cell was in flight, as seen from outside it."""
+
+    error: str  # what papermill reported
+    signal: str | None = None  # the signal that ended the kernel's process ("SIGSEGV"), if one did
+    peak_memory: tuple[int, int] | None = None  # the highest (data, resident) bytes sampled during the cell
+
+
+def crash_verdict(end: KernelEnd, memory_limit_gb: float | None) -> tuple[str, str]:
+    """The status and reason of the cell in flight when its kernel stopped.
+
+    `oom` when memory_limit_gb is set and either the kernel's data memory (VmData, which the limit
+    bounds) reached NEAR_LIMIT of the limit during the cell, or papermill's error names MemoryError:
+    a failed allocation that the framework did not survive or could not report. Otherwise `crashed`,
+    with papermill's error as the reason.
+    """
+    data, resident = end.peak_memory or (0, 0)
+    if memory_limit_gb is None or not (data >= NEAR_LIMIT * memory_limit_gb * GIB or "MemoryError" in end.error):
+        return status.CRASHED, end.error
+    how = f"kernel died ({end.signal})" if end.signal else end.error
+    if end.peak_memory is None:
+        return status.OOM, f"{how} while measuring; memory_limit_gb {memory_limit_gb:g} GiB"
+    return status.OOM, f"{how} while measuring; data memory reached {data / GIB:.2f} GiB of memory_limit_gb {memory_limit_gb:g} GiB (resident {resident / GIB:.2f} GiB)"
+
+
+def record_crash(output_dir: Path, reason: str, state: str = status.CRASHED) -> dict[str, Any] | None:
+    """Write a row (`crashed`, or `state`) for the cell in flight (if any) and clear the marker; return that cell."""
     cell = read_in_flight(output_dir)
     if cell is None:
         return None
     repair_results(Path(output_dir) / RESULTS_FILE)
     with ResultsWriter(output_dir) as writer:
-        writer.append(make_row(cell, status.CRASHED, reason=f"{reason} (measuring since {cell.get('started', '?')})"))
+        writer.append(make_row(cell, state, reason=f"{reason} (measuring since {cell.get('started', '?')})"))
     clear_in_flight(output_dir)
     return cell
 

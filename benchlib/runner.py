@@ -1,16 +1,21 @@
-"""One benchmark run: the benchmark notebook executed by papermill once per environment, each in a fresh kernel.
+"""One benchmark run: the benchmark notebook executed by papermill once per environment and round, each in a fresh kernel.
 
 A job's parameters are merged from YAML files in the order papermill's `-f` would apply
 them: the grid, then the environment, then each extra parameter file. Every job is
 validated before any kernel starts. Each environment writes into `<run>/<env>/`:
-the executed notebook (the record), `results.csv` and `environment.json`.
+the executed notebook of each round (the record), `results.csv` and `environment.json`.
+With `rounds: N`, every environment runs N times, the order rotated between rounds.
 """
 
 from __future__ import annotations
 
+import csv
+import dataclasses
 import datetime
 import os
 import re
+import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -24,7 +29,8 @@ from tqdm import tqdm
 
 from benchlib import status
 from benchlib.locking import FolderInUseError, environment_lock
-from benchlib.recovery import record_crash, set_aside_results
+from benchlib.limits import process_memory
+from benchlib.recovery import IN_FLIGHT_FILE, KernelEnd, crash_verdict, record_crash, set_aside_results
 from benchlib.params import BenchmarkParams, ParameterError, format_validation_error
 from benchlib.results import RESULTS_FILE
 
@@ -56,6 +62,16 @@ class EnvironmentJob:
     def cell_count(self) -> int:
         p = self.params
         return len(p.models) * len(p.batch_sizes) * len(p.sequence_lengths)
+
+    @property
+    def executed_notebook(self) -> Path:
+        """The record of this round: benchmark.ipynb for round 1, benchmark.round<N>.ipynb after."""
+        r = self.params.current_round
+        return self.output_dir / (EXECUTED_NOTEBOOK if r == 1 else f"benchmark.round{r}.ipynb")
+
+    def for_round(self, round_number: int) -> EnvironmentJob:
+        """This job in round `round_number`."""
+        return dataclasses.replace(self, params=self.params.model_copy(update={"current_round": round_number}))
 
 
 @dataclass(frozen=True)
@@ -182,11 +198,14 @@ def notebook_parameters(namespace: Mapping[str, Any]) -> dict[str, Any]:
     return {name: namespace[name] for name in BenchmarkParams.model_fields if name in namespace}
 
 
-def rows_written(output_dir: Path) -> int:
-    """Number of rows in `<output_dir>/results.csv` (0 when there is none yet)."""
+def rows_written(output_dir: Path, round_number: int | None = None) -> int:
+    """Number of rows in `<output_dir>/results.csv` (of round `round_number` only, when given; 0 when there is none yet)."""
     try:
-        with open(output_dir / RESULTS_FILE, encoding="utf-8") as file:
-            return max(sum(1 for _ in file) - 1, 0)
+        with open(output_dir / RESULTS_FILE, encoding="utf-8", newline="") as file:
+            rows = csv.DictReader(file)
+            if round_number is None:
+                return sum(1 for _ in rows)
+            return sum(1 for row in rows if (row.get("round") or "1") == str(round_number))
     except OSError:
         return 0
 
@@ -205,7 +224,7 @@ class _ResultsProgress:
             self._refresh()
 
     def _refresh(self) -> None:
-        rows = min(rows_written(self._job.output_dir), self._bar.total)
+        rows = min(rows_written(self._job.output_dir, self._job.params.current_round), self._bar.total)
         if rows != self._bar.n:
             self._bar.update(rows - self._bar.n)
 
@@ -221,18 +240,75 @@ class _ResultsProgress:
         self._bar.close()
 
 
+class KernelWatch:
+    """The kernel process of one notebook execution, watched from outside: how it ended, and its memory.
+
+    A thread reads the process's data and resident memory (/proc/<pid>/status) a few times a
+    second and keeps the highest of each since the cell now in flight (`in_flight.json`) began;
+    nothing runs inside the kernel. Where /proc is missing, no memory is seen.
+    """
+
+    def __init__(self, output_dir: Path, interval_s: float = 0.2) -> None:
+        self.process: subprocess.Popen[bytes] | None = None  # set by the kernel manager once it starts
+        self.peak_memory: tuple[int, int] | None = None
+        self._marker, self._interval_s = Path(output_dir) / IN_FLIGHT_FILE, interval_s
+        self._cell: tuple[int, int] | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self._sample()
+
+    def _sample(self) -> None:
+        try:
+            marker = self._marker.stat()
+            cell = (marker.st_ino, marker.st_mtime_ns)
+        except OSError:
+            cell = None
+        if cell != self._cell:  # another cell, or none, is in flight: its peak starts afresh
+            self._cell, self.peak_memory = cell, None
+        process = self.process
+        if cell is None or process is None or process.returncode is not None:
+            return
+        if memory := process_memory(process.pid):
+            peak = self.peak_memory or (0, 0)
+            self.peak_memory = (max(peak[0], memory[0]), max(peak[1], memory[1]))
+
+    def end(self, error: str) -> KernelEnd:
+        """How the kernel stopped: papermill's `error`, the signal that ended its process (if one did), its peak memory."""
+        code = self.process.poll() if self.process else None
+        if code is None or code >= 0:
+            return KernelEnd(error, None, self.peak_memory)
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return KernelEnd(error, name, self.peak_memory)
+
+    def __enter__(self) -> KernelWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def _describe_failure(exc: BaseException) -> str:
     """One line for a failed execution: the notebook's own exception where papermill reports one."""
     ename, evalue = getattr(exc, "ename", None), getattr(exc, "evalue", None)
     if ename:
-        return f"{ename}: {' '.join(str(evalue).split())}"
+        message = " ".join(str(evalue).split())
+        return f"{ename}: {message}" if message else str(ename)
     return status.describe(exc)
 
 
-def kernel_manager_logging_to(path: Path) -> type:
+def kernel_manager_logging_to(path: Path, watch: KernelWatch | None = None) -> type:
     """A kernel manager class whose kernels write their process's stdout and stderr to `path`.
 
     Framework start-up messages then stay out of the console and remain for a post-mortem.
+    With `watch`, the kernel's process is handed to it when the kernel starts.
     """
     from jupyter_client import AsyncKernelManager
 
@@ -240,6 +316,8 @@ def kernel_manager_logging_to(path: Path) -> type:
         async def start_kernel(self, **kw: Any) -> None:
             with open(path, "ab") as log:  # the kernel process keeps its own copy of the descriptor
                 await super().start_kernel(stdout=log, stderr=log, **kw)
+            if watch is not None:
+                watch.process = getattr(self.provisioner, "process", None)  # a local kernel's Popen
 
     return LoggingKernelManager
 
@@ -254,9 +332,10 @@ def run_one_environment(
 ) -> EnvironmentOutcome:
     """Execute the benchmark notebook for `job` in a fresh kernel; the executed copy goes to its output_dir.
 
-    When the kernel dies while a cell is in flight, that cell gets a `crashed` row and the
-    environment starts again in a new kernel, which resumes after it (at most `max_restarts`
-    times). `force` first sets the folder's results aside, so that every cell is measured again.
+    When the kernel dies while a cell is in flight, that cell gets a `crashed` row (`oom` when it
+    died at the job's memory limit: `crash_verdict`) and the environment starts again in a new
+    kernel, which resumes after it (at most `max_restarts` times). `force` first sets the
+    folder's results aside, so that every cell is measured again.
     """
     import papermill
 
@@ -270,28 +349,30 @@ def run_one_environment(
         return EnvironmentOutcome(job.name, False, time.perf_counter() - start, str(exc))
     restarts = 0
     while True:
+        watch = KernelWatch(job.output_dir)
         try:
-            with _ResultsProgress(job, enabled=progress):
+            with _ResultsProgress(job, enabled=progress), watch:
                 papermill.execute_notebook(
                     str(notebook),
-                    str(job.output_dir / EXECUTED_NOTEBOOK),
+                    str(job.executed_notebook),
                     parameters=job.params.model_dump(exclude_unset=True),
                     cwd=str(notebook.parent),
                     progress_bar=False,
-                    kernel_manager_class=kernel_manager_logging_to(job.output_dir / KERNEL_LOG),
+                    kernel_manager_class=kernel_manager_logging_to(job.output_dir / KERNEL_LOG, watch),
                 )
         except Exception as exc:  # the notebook raised, its kernel died or could not start: this environment only
             error = _describe_failure(exc)
+            state, reason = crash_verdict(watch.end(error), job.params.memory_limit_gb)
             try:
                 with environment_lock(job.output_dir):
-                    crashed = record_crash(job.output_dir, error)
+                    crashed = record_crash(job.output_dir, reason, state)
             except FolderInUseError:
                 crashed = None
             if crashed is None or restarts >= max_restarts:
                 return EnvironmentOutcome(job.name, False, time.perf_counter() - start, error)
             restarts += 1
             cell = f"{crashed['model']} {crashed['batch_size']}x{crashed['sequence_length']}"
-            report(f"{job.name}: the kernel stopped while measuring {cell} ({error}); marked crashed, restarting ({restarts} of {max_restarts})")
+            report(f"{job.name}: the kernel stopped while measuring {cell} ({reason}); marked {state}, restarting ({restarts} of {max_restarts})")
             continue
         return EnvironmentOutcome(job.name, True, time.perf_counter() - start)
 
@@ -304,21 +385,37 @@ def run_environments(
     max_restarts: int = DEFAULT_MAX_RESTARTS,
     force: bool = False,
 ) -> list[EnvironmentOutcome]:
-    """Run every job in turn; one that fails does not stop the others."""
+    """Run every job, round after round (`round_schedule`); one that fails does not stop the others."""
+    schedule = round_schedule(jobs)
+    rounds = max((job.params.rounds for job in jobs), default=1)
     outcomes = []
-    for index, job in enumerate(jobs, start=1):
+    for index, job in enumerate(schedule, start=1):
         p = job.params
+        step = f"[{index}/{len(schedule)}]" + (f" round {p.current_round} of {rounds}:" if rounds > 1 else "")
         report(
-            f"[{index}/{len(jobs)}] {job.name}: {p.framework}/{p.mode} on {p.device}, {job.cell_count} cells "
+            f"{step} {job.name}: {p.framework}/{p.mode} on {p.device}, {job.cell_count} cells "
             f"({len(p.models)} models x {len(p.batch_sizes)} batch sizes x {len(p.sequence_lengths)} sequence lengths)"
         )
-        outcome = run_one_environment(job, notebook, progress, max_restarts, force, report)
+        outcome = run_one_environment(job, notebook, progress, max_restarts, force and p.current_round == 1, report)
+        if rounds > 1:
+            outcome = dataclasses.replace(outcome, name=f"{job.name} (round {p.current_round})")
         if outcome.succeeded:
-            report(f"[{index}/{len(jobs)}] {job.name}: done in {format_duration(outcome.elapsed_s)}, {rows_written(job.output_dir)} rows in {job.output_dir / RESULTS_FILE}")
+            report(f"{step} {job.name}: done in {format_duration(outcome.elapsed_s)}, {rows_written(job.output_dir, p.current_round)} rows in {job.output_dir / RESULTS_FILE}")
         else:
-            report(f"[{index}/{len(jobs)}] {job.name}: FAILED after {format_duration(outcome.elapsed_s)}: {outcome.error} (record: {job.output_dir / EXECUTED_NOTEBOOK})")
+            report(f"{step} {job.name}: FAILED after {format_duration(outcome.elapsed_s)}: {outcome.error} (record: {job.executed_notebook})")
         outcomes.append(outcome)
     return outcomes
+
+
+def round_schedule(jobs: Sequence[EnvironmentJob]) -> list[EnvironmentJob]:
+    """Every job of every round, in the order they run: round after round, the environments' order rotated
+    by one each round (A B C D, then B C D A, ...), so that slow drift of the machine falls on all alike."""
+    rounds = max((job.params.rounds for job in jobs), default=1)
+    schedule = []
+    for round_number in range(1, rounds + 1):
+        shift = (round_number - 1) % len(jobs)
+        schedule += [job.for_round(round_number) for job in [*jobs[shift:], *jobs[:shift]] if round_number <= job.params.rounds]
+    return schedule
 
 
 def default_run_dir(now: datetime.datetime | None = None) -> Path:

@@ -1,8 +1,10 @@
 """The summary's tables: pure pandas functions over the rows of one or more runs.
 
 Environments are compared within one device type (cpu, cuda) on one machine. A cell's
-time enters a comparison only when the cell is `ok` in every environment compared; every
-other status is counted as excluded, never read as zero.
+time (`time_s`) is the median over its rounds of each round's median per call; it enters a
+comparison only when the cell is `ok` in every environment compared; every other status is
+counted as excluded, never read as zero. Every comparison carries a 95% interval and a
+verdict (`benchlib.significance`), and lists the disturbed cells it rests on.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from benchlib import status
-from benchlib.results import CELL_KEY, ENVIRONMENT_FILE, RESULTS_FILE, read_results
+from benchlib import significance, status
+from benchlib.results import CELL_KEY, ENVIRONMENT_FILE, RESULTS_FILE, is_true, read_results
+from benchlib.significance import GEOMEAN, RATIO_OF_MEANS, RatioEstimate
 
 GROUP: tuple[str, ...] = ("device_type", "machine")
 NOT_MEASURED = "not measured"  # a cell without a row in an environment (a partial run)
@@ -39,7 +42,12 @@ COLUMNS_2019: tuple[str, ...] = ("model", *SHAPES_2019)
 
 AVERAGES_COLUMNS: tuple[str, ...] = (
     "device", "machine", "environment", "framework", "mode", "mean_s", "cells_used", "cells_excluded", "naive_mean_s",
+    "vs_baseline", "ci95_low", "ci95_high", "verdict", "disturbed_cells",
 )  # fmt: skip
+# What a framework average is compared with on its device and machine.
+AVERAGES_BASELINE: tuple[str, str] = ("pytorch", "eager")
+# Columns every comparison table carries: the ratio's interval, the verdict, what it rests on.
+INTERVAL_COLUMNS: tuple[str, ...] = ("ci95_low", "ci95_high", "verdict", "interval_over", "disturbed_cells")
 DISTILLED_PAIRS: tuple[tuple[str, str], ...] = (("distilbert-base-uncased", "bert-base-cased"), ("distilgpt2", "gpt2"))
 
 
@@ -82,15 +90,43 @@ def machine_label(environment: dict[str, Any], device: str) -> str:
 
 
 def _environment_rows(env_dir: Path, run: str) -> pd.DataFrame:
-    """The rows of one environment folder, with `run` and `machine` added (last row per cell kept)."""
-    rows = read_results(env_dir / RESULTS_FILE)
+    """The rows of one environment folder, one per cell over its rounds (`collapse_rounds`), with `run` and `machine` added."""
+    rows = collapse_rounds(read_results(env_dir / RESULTS_FILE))
     info_path = env_dir / ENVIRONMENT_FILE
     info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.exists() else {}
-    # A row cut off by a killed writer has no status or shape: it is not a finished cell.
-    rows = rows.dropna(subset=["model", "batch_size", "sequence_length", "status"])
-    rows = rows.drop_duplicates(subset=["environment", *CELL_KEY], keep="last")
     devices = rows["device"].astype(str)
     return rows.assign(run=run, machine=[machine_label(info, d) for d in devices])
+
+
+def collapse_rounds(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per environment and cell over its rounds (the kept attempt of each round).
+
+    `time_s` is the median over the cell's `ok` rounds of each round's `median_s`; `rounds` counts
+    those rounds and `round_spread_pct` is their range over `time_s` (%); `values` are what an
+    interval resamples: the per-round medians with two rounds or more (`values_over` "rounds"),
+    else the one round's raw samples ("samples"); `disturbed` is true when any kept round was.
+    The status is `ok` when any round is, else that of the last round.
+    """
+    if rows.empty:
+        return rows.assign(time_s=pd.Series(dtype=float), rounds=pd.Series(dtype=int), round_spread_pct=pd.Series(dtype=float),
+                           values=pd.Series(dtype=object), values_over=pd.Series(dtype=str))  # fmt: skip
+    rows = rows.assign(_ok=rows["status"] == status.OK, _disturbed=is_true(rows["disturbed"]) if "disturbed" in rows else False)
+    # A round's time: its median per call (its mean in files that hold no median).
+    rows["_round_s"] = pd.to_numeric(rows["median_s"], errors="coerce").fillna(pd.to_numeric(rows["mean_s"], errors="coerce"))
+    records = []
+    for _, cell in rows.groupby(["environment", *CELL_KEY], sort=False):
+        ok = cell[cell["_ok"]]
+        first = (ok if len(ok) else cell.iloc[[-1]]).iloc[0].to_dict()
+        medians = ok["_round_s"].dropna().tolist()
+        time_s = float(np.median(medians)) if medians else math.nan
+        many = len(medians) > 1
+        records.append({
+            **first, "time_s": time_s, "rounds": len(medians),
+            "round_spread_pct": (max(medians) - min(medians)) / time_s * 100 if many else math.nan,
+            "values": medians if many else (list(first["samples_s"]) or [time_s]) if medians else [],
+            "values_over": "rounds" if many else "samples", "disturbed": bool(cell.loc[cell["_ok"], "_disturbed"].any()),
+        })  # fmt: skip
+    return pd.DataFrame(records).drop(columns=["_ok", "_disturbed", "_round_s"])
 
 
 def environment_dirs(run_dir: str | os.PathLike[str]) -> list[Path]:
@@ -142,6 +178,13 @@ def _prepare(rows: pd.DataFrame) -> pd.DataFrame:
         rows["machine"] = UNKNOWN_MACHINE
     rows["device_type"] = [str(d).split(":")[0] for d in rows["device"]]
     rows["mean_s"] = pd.to_numeric(rows["mean_s"], errors="coerce")
+    if "time_s" not in rows:  # rows not loaded through `collapse_rounds` (hand-made ones)
+        rows["time_s"] = pd.to_numeric(rows["median_s"], errors="coerce") if "median_s" in rows else rows["mean_s"]
+    rows["time_s"] = pd.to_numeric(rows["time_s"], errors="coerce")
+    if "values" not in rows:
+        rows["values"] = [[t] if pd.notna(t) else [] for t in rows["time_s"]]
+        rows["values_over"] = "samples"
+    rows["disturbed"] = is_true(rows["disturbed"]) if "disturbed" in rows else False
     for column in ("batch_size", "sequence_length"):
         rows[column] = rows[column].astype(int)
     return rows
@@ -185,24 +228,56 @@ def framework_averages(rows: pd.DataFrame) -> pd.DataFrame:
 
     `cells_used` is the number of those cells, `cells_excluded` the number of the other cells
     seen on that device and machine (a non-`ok` status, or no row yet, in some environment), and
-    `naive_mean_s` each environment's mean over its own `ok` cells.
+    `naive_mean_s` each environment's mean over its own `ok` cells. `vs_baseline` is the
+    environment's average over eager PyTorch's on the same cells, with its interval and verdict.
     """
     rows = _prepare(rows)
     records = []
     for device, machine, group in _groups(rows):
         statuses = _statuses(group)
         common = statuses.index[(statuses == status.OK).all(axis=1)]
-        for environment, env_rows in group.groupby("environment", sort=False):
-            ok = env_rows[env_rows["status"] == status.OK].set_index(list(CELL_KEY))["mean_s"]
-            used = ok.reindex(common)
-            records.append({
+        by_env = {env: env_rows.set_index(list(CELL_KEY)) for env, env_rows in group.groupby("environment", sort=False)}
+        baseline = next(iter(_environments_of(group, *AVERAGES_BASELINE)), None)
+        for environment, env_rows in by_env.items():
+            ok = env_rows[env_rows["status"] == status.OK]["time_s"]
+            record = {
                 "device": device, "machine": machine, "environment": environment,
                 "framework": env_rows["framework"].iloc[0], "mode": env_rows["mode"].iloc[0],
-                "mean_s": used.mean() if len(common) else math.nan,
+                "mean_s": ok.reindex(common).mean() if len(common) else math.nan,
                 "cells_used": len(common), "cells_excluded": len(statuses) - len(common),
                 "naive_mean_s": ok.mean() if len(ok) else math.nan,
-            })  # fmt: skip
+            }  # fmt: skip
+            if baseline is not None and environment != baseline and len(common):
+                base, other = by_env[baseline].loc[common], env_rows.loc[common]
+                estimate = _estimate(base, other, RATIO_OF_MEANS)
+                record.update(vs_baseline=estimate.ratio, **_interval_columns(estimate, _disturbed_labels(common, base, other, baseline, environment)))
+            elif environment == baseline:
+                record.update(vs_baseline=1.0, verdict="baseline")
+            records.append(record)
     return pd.DataFrame(records, columns=list(AVERAGES_COLUMNS))
+
+
+def _estimate(base: pd.DataFrame, other: pd.DataFrame, how: str) -> RatioEstimate:
+    """The ratio other / base over aligned cells (rows of the same cells in the same order), with its interval."""
+    over = "rounds" if (base["values_over"] == "rounds").all() and (other["values_over"] == "rounds").all() else "samples"
+    return significance.ratio_interval(list(base["values"]), list(other["values"]), how=how, over=over)
+
+
+def _disturbed_labels(cells: Iterable[tuple[str, int, int]], base: pd.DataFrame, other: pd.DataFrame, base_env: str, other_env: str) -> list[str]:
+    """`<environment> <model> <shape>` of each aligned cell that was disturbed in either environment."""
+    labels = []
+    for (model, batch_size, sequence_length), base_hit, other_hit in zip(cells, base["disturbed"], other["disturbed"]):
+        labels += [f"{env} {model} {shape_name(batch_size, sequence_length)}" for env, hit in ((base_env, base_hit), (other_env, other_hit)) if hit]
+    return labels
+
+
+def _interval_columns(estimate: RatioEstimate, disturbed: list[str]) -> dict[str, Any]:
+    """The interval, the verdict (of the second environment against the first) and the disturbed cells behind it."""
+    return {
+        "ci95_low": estimate.low, "ci95_high": estimate.high,
+        "verdict": significance.verdict(estimate, disturbed=len(disturbed)),
+        "interval_over": estimate.over, "disturbed_cells": "; ".join(disturbed),
+    }  # fmt: skip
 
 
 def excluded_cells(rows: pd.DataFrame) -> pd.DataFrame:
@@ -241,21 +316,24 @@ def paired_cells(rows: pd.DataFrame, comparison: Comparison | str) -> pd.DataFra
     for device, machine, group in _groups(rows):
         for base_env in _environments_of(group, *comparison.base):
             for other_env in _environments_of(group, *comparison.other):
-                sides = [group[group["environment"] == env].set_index(list(CELL_KEY))[["status", "mean_s"]] for env in (base_env, other_env)]
+                sides = [group[group["environment"] == env].set_index(list(CELL_KEY))[["status", "time_s", "values", "values_over", "disturbed"]] for env in (base_env, other_env)]
                 order = list(dict.fromkeys([*sides[0].index, *sides[1].index]))
                 cells = sides[0].merge(sides[1], how="outer", left_index=True, right_index=True, suffixes=("_base", "_other")).reindex(order).reset_index()
                 cells[["status_base", "status_other"]] = cells[["status_base", "status_other"]].fillna(NOT_MEASURED)
                 frames.append(cells.assign(device=device, machine=machine, base_environment=base_env, other_environment=other_env))
     columns = ["device", "machine", "base_environment", "other_environment", *CELL_KEY, "shape",
-               "base_status", "other_status", "base_s", "other_s", "paired", "ratio"]  # fmt: skip
+               "base_status", "other_status", "base_s", "other_s", "paired", "ratio",
+               "base_values", "other_values", "base_disturbed", "other_disturbed", "base_values_over", "other_values_over"]  # fmt: skip
     if not frames:
         return pd.DataFrame(columns=columns)
-    cells = pd.concat(frames, ignore_index=True).rename(
-        columns={"status_base": "base_status", "status_other": "other_status", "mean_s_base": "base_s", "mean_s_other": "other_s"}
-    )
+    cells = pd.concat(frames, ignore_index=True)
+    cells = cells.rename(columns={f"{name}_{side}": f"{side}_{name}" for name in ("status", "values", "disturbed", "values_over") for side in ("base", "other")})
+    cells = cells.rename(columns={"time_s_base": "base_s", "time_s_other": "other_s"})
     cells["shape"] = [shape_name(b, s) for b, s in zip(cells["batch_size"], cells["sequence_length"])]
     cells["paired"] = (cells["base_status"] == status.OK) & (cells["other_status"] == status.OK)
     cells["ratio"] = (cells["other_s"] / cells["base_s"]).where(cells["paired"])
+    for side in ("base", "other"):
+        cells[f"{side}_disturbed"] = cells[f"{side}_disturbed"].fillna(False).astype(bool)
     return cells[columns]
 
 
@@ -265,14 +343,26 @@ def geometric_mean(values: Iterable[float]) -> float:
     return float(np.exp(np.log(values).mean())) if len(values) else math.nan
 
 
+def paired_estimate(paired: pd.DataFrame, how: str = GEOMEAN) -> tuple[RatioEstimate, list[str]]:
+    """The ratio other / base over paired cells (rows of `paired_cells` that are paired), with its interval, and the disturbed cells."""
+    base = pd.DataFrame({"values": paired["base_values"], "values_over": paired["base_values_over"], "disturbed": paired["base_disturbed"]})
+    other = pd.DataFrame({"values": paired["other_values"], "values_over": paired["other_values_over"], "disturbed": paired["other_disturbed"]})
+    disturbed = []
+    for row in paired.itertuples():
+        disturbed += [f"{env} {row.model} {row.shape}" for env, hit in ((row.base_environment, row.base_disturbed), (row.other_environment, row.other_disturbed)) if hit]
+    return _estimate(base, other, how), disturbed
+
+
 def _pair_statistics(cells: pd.DataFrame, label_model: bool) -> dict[str, Any]:
     paired = cells[cells["paired"]]
     ratios = paired["ratio"]
+    estimate, disturbed = paired_estimate(paired)
     stats: dict[str, Any] = {
         "cells": len(paired), "cells_excluded": len(cells) - len(paired),
         "geomean_ratio": geometric_mean(ratios),
         "mean_change_pct": float((ratios - 1).mean() * 100) if len(paired) else math.nan,
         "largest_reduction_pct": math.nan, "largest_reduction_shape": "",
+        **_interval_columns(estimate, disturbed),
     }  # fmt: skip
     if len(paired):
         best = paired.loc[ratios.idxmin()]
@@ -292,28 +382,31 @@ def comparison_summary(rows: pd.DataFrame, comparison: Comparison | str) -> pd.D
         for model, model_cells in pair.groupby("model", sort=False):
             records.append({**dict(zip(keys, key)), "model": model, **_pair_statistics(model_cells, label_model=False)})
         records.append({**dict(zip(keys, key)), "model": ALL_MODELS, **_pair_statistics(pair, label_model=True)})
-    columns = [*keys, "model", "cells", "cells_excluded", "geomean_ratio", "mean_change_pct", "largest_reduction_pct", "largest_reduction_shape"]
+    columns = [*keys, "model", "cells", "cells_excluded", "geomean_ratio", "mean_change_pct", "largest_reduction_pct", "largest_reduction_shape", *INTERVAL_COLUMNS]
     table = pd.DataFrame(records, columns=columns)
     return table.rename(columns={"base_environment": comparison.base_label, "other_environment": comparison.other_label})
 
 
 def pytorch_vs_tensorflow(rows: pd.DataFrame) -> pd.DataFrame:
-    """2. Eager PyTorch against TensorFlow (tf.function): geometric mean of the per-cell ratio TF / PT."""
+    """2. Eager PyTorch against TensorFlow (tf.function): geometric mean of the per-cell ratio TF / PT, its interval and verdict (TensorFlow against PyTorch)."""
     table = comparison_summary(rows, "pytorch_vs_tensorflow").rename(columns={"geomean_ratio": "tf_over_pt"})
-    return table[["device", "machine", "pytorch", "tensorflow", "model", "cells", "cells_excluded", "tf_over_pt"]]
+    return table[["device", "machine", "pytorch", "tensorflow", "model", "cells", "cells_excluded", "tf_over_pt", *INTERVAL_COLUMNS]]
 
 
 def torchscript_vs_eager(rows: pd.DataFrame) -> pd.DataFrame:
-    """3. TorchScript against eager PyTorch: mean per-cell change in time (%; negative = TorchScript faster)."""
-    table = comparison_summary(rows, "torchscript_vs_eager")
-    return table[["device", "machine", "eager", "torchscript", "model", "cells", "cells_excluded", "mean_change_pct"]]
+    """3. TorchScript against eager PyTorch: mean per-cell change in time (%; negative = TorchScript faster), the
+    geometric mean ratio TorchScript / eager with its interval and verdict (TorchScript against eager)."""
+    table = comparison_summary(rows, "torchscript_vs_eager").rename(columns={"geomean_ratio": "torchscript_over_eager"})
+    return table[["device", "machine", "eager", "torchscript", "model", "cells", "cells_excluded", "mean_change_pct", "torchscript_over_eager", *INTERVAL_COLUMNS]]
 
 
 def xla_vs_function(rows: pd.DataFrame) -> pd.DataFrame:
-    """4. XLA against tf.function: speedup (geometric mean of function / XLA) and the largest reduction in time, with its shape."""
+    """4. XLA against tf.function: speedup (geometric mean of function / XLA, its interval inverted to match) and the
+    largest reduction in time, with its shape; the verdict is XLA's against tf.function."""
     table = comparison_summary(rows, "xla_vs_function")
     table.insert(table.columns.get_loc("geomean_ratio"), "speedup", 1 / table["geomean_ratio"])
-    return table[["device", "machine", "function", "xla", "model", "cells", "cells_excluded", "speedup", "largest_reduction_pct", "largest_reduction_shape"]]
+    table["ci95_low"], table["ci95_high"] = 1 / table["ci95_high"], 1 / table["ci95_low"]
+    return table[["device", "machine", "function", "xla", "model", "cells", "cells_excluded", "speedup", "largest_reduction_pct", "largest_reduction_shape", *INTERVAL_COLUMNS]]
 
 
 # ---------------------------------------------------------------- 5. distilled models
@@ -324,28 +417,43 @@ def distilled_pairs(rows: pd.DataFrame, pairs: Iterable[tuple[str, str]] = DISTI
     rows = _prepare(rows)
     frames = []
     for student, teacher in pairs:
-        sides = [rows[rows["model"] == m].set_index(["device_type", "machine", "environment", "batch_size", "sequence_length"])[["status", "mean_s"]] for m in (student, teacher)]
+        sides = [rows[rows["model"] == m].set_index(["device_type", "machine", "environment", "batch_size", "sequence_length"])[["status", "time_s", "values", "values_over", "disturbed"]] for m in (student, teacher)]
         cells = sides[0].merge(sides[1], how="inner", left_index=True, right_index=True, suffixes=("_student", "_teacher")).reset_index()
         frames.append(cells.assign(student=student, teacher=teacher))
-    columns = ["device", "machine", "environment", "student", "teacher", "batch_size", "sequence_length", "paired", "ratio"]
+    columns = ["device", "machine", "environment", "student", "teacher", "batch_size", "sequence_length", "paired", "ratio",
+               "values_student", "values_teacher", "values_over_student", "values_over_teacher", "disturbed_student", "disturbed_teacher"]  # fmt: skip
     if not frames or all(frame.empty for frame in frames):
         return pd.DataFrame(columns=columns)
     cells = pd.concat([frame for frame in frames if not frame.empty], ignore_index=True).rename(columns={"device_type": "device"})
     cells["paired"] = (cells["status_student"] == status.OK) & (cells["status_teacher"] == status.OK)
-    cells["ratio"] = (cells["mean_s_student"] / cells["mean_s_teacher"]).where(cells["paired"])
+    cells["ratio"] = (cells["time_s_student"] / cells["time_s_teacher"]).where(cells["paired"])
     return cells[columns]
 
 
+def distilled_estimate(paired: pd.DataFrame) -> tuple[RatioEstimate, list[str]]:
+    """Student / teacher over paired rows of `distilled_pairs`, with its interval, and the disturbed cells."""
+    sides = [pd.DataFrame({"values": paired[f"values_{who}"], "values_over": paired[f"values_over_{who}"]}) for who in ("teacher", "student")]
+    disturbed = [
+        f"{row.environment} {model} {shape_name(row.batch_size, row.sequence_length)}"
+        for row in paired.itertuples() for model, hit in ((row.student, row.disturbed_student), (row.teacher, row.disturbed_teacher)) if hit
+    ]  # fmt: skip
+    return _estimate(sides[0], sides[1], GEOMEAN), disturbed
+
+
 def distilled_vs_teacher(rows: pd.DataFrame) -> pd.DataFrame:
-    """5. distilbert-base-uncased / bert-base-cased and distilgpt2 / gpt2: geometric mean time ratio on matching cells."""
+    """5. distilbert-base-uncased / bert-base-cased and distilgpt2 / gpt2: geometric mean time ratio on matching cells,
+    with its interval and verdict (the student against its teacher)."""
     cells = distilled_pairs(rows)
     keys = ["device", "machine", "environment", "student", "teacher"]
-    records = [
-        {**dict(zip(keys, key)), "cells": int(group["paired"].sum()), "cells_excluded": int((~group["paired"]).sum()),
-         "student_over_teacher": geometric_mean(group.loc[group["paired"], "ratio"])}
-        for key, group in cells.groupby(keys, sort=False)
-    ]  # fmt: skip
-    return pd.DataFrame(records, columns=[*keys, "cells", "cells_excluded", "student_over_teacher"])
+    records = []
+    for key, group in cells.groupby(keys, sort=False):
+        paired = group[group["paired"]]
+        estimate, disturbed = distilled_estimate(paired)
+        records.append({
+            **dict(zip(keys, key)), "cells": len(paired), "cells_excluded": int((~group["paired"]).sum()),
+            "student_over_teacher": geometric_mean(paired["ratio"]), **_interval_columns(estimate, disturbed),
+        })  # fmt: skip
+    return pd.DataFrame(records, columns=[*keys, "cells", "cells_excluded", "student_over_teacher", *INTERVAL_COLUMNS])
 
 
 # ---------------------------------------------------------------- 6. the study's spreadsheet
@@ -357,7 +465,7 @@ def environments(rows: pd.DataFrame) -> list[str]:
 
 
 def spreadsheet(rows: pd.DataFrame, environment: str, digits: int | None = None) -> pd.DataFrame:
-    """6. One environment as the study's spreadsheet: model × `<batch>x<sequence>`, mean seconds or the status.
+    """6. One environment as the study's spreadsheet: model × `<batch>x<sequence>`, seconds per call (`time_s`) or the status.
 
     With `digits`, times are strings with that many significant digits (for display).
     """
@@ -367,7 +475,7 @@ def spreadsheet(rows: pd.DataFrame, environment: str, digits: int | None = None)
     shapes = [shape_name(b, s) for b, s in sorted(set(zip(env_rows["batch_size"], env_rows["sequence_length"])))]
     table = pd.DataFrame(index=pd.Index(list(dict.fromkeys(env_rows["model"])), name="model"), columns=shapes, dtype=object)
     for row in env_rows.itertuples():
-        value = row.mean_s if row.status == status.OK else row.status
+        value = row.time_s if row.status == status.OK else row.status
         if digits is not None and row.status == status.OK:
             value = f"{value:.{digits}g}"
         table.loc[row.model, shape_name(row.batch_size, row.sequence_length)] = value
@@ -408,7 +516,27 @@ def load_claims() -> dict[str, Any]:
     return yaml.safe_load(resources.files("benchlib").joinpath("data/claims_2019.yaml").read_text(encoding="utf-8"))
 
 
-Metric = Callable[..., tuple[float | None, str]]
+HOLDS, DOES_NOT_HOLD, INCONCLUSIVE, NOT_CHECKED = "holds", "does not hold", "inconclusive", "not checked"
+
+
+@dataclass(frozen=True)
+class ClaimValue:
+    """This run's value of a claim's measure, its 95% interval and the disturbed cells it rests on; `value` None: not checked."""
+
+    value: float | None
+    detail: str
+    low: float = math.nan
+    high: float = math.nan
+    disturbed: tuple[str, ...] = ()
+
+
+def _from_estimate(estimate: RatioEstimate, disturbed: list[str], detail: str, scale: Callable[[float], float] = float) -> ClaimValue:
+    """A claim value from a ratio estimate, mapped through `scale` (which may reverse the interval's order)."""
+    low, high = sorted((scale(estimate.low), scale(estimate.high)))
+    return ClaimValue(scale(estimate.ratio), detail, low, high, tuple(disturbed))
+
+
+Metric = Callable[..., ClaimValue]
 
 
 def _paired_or_why(group: pd.DataFrame, name: str) -> tuple[pd.DataFrame, str]:
@@ -422,59 +550,62 @@ def _paired_or_why(group: pd.DataFrame, name: str) -> tuple[pd.DataFrame, str]:
     return cells, ""
 
 
-def _tf_over_pt_mean(group: pd.DataFrame) -> tuple[float | None, str]:
+def _tf_over_pt_mean(group: pd.DataFrame) -> ClaimValue:
     cells, why = _paired_or_why(group, "pytorch_vs_tensorflow")
     if why:
-        return None, why
+        return ClaimValue(None, why)
     paired = cells[cells["paired"]]
     pt, tf = paired["base_s"].mean(), paired["other_s"].mean()
-    return tf / pt, f"PyTorch {pt:.4g} s, TensorFlow {tf:.4g} s over {len(paired)} cells ok in both"
+    return _from_estimate(*paired_estimate(paired, RATIO_OF_MEANS), f"PyTorch {pt:.4g} s, TensorFlow {tf:.4g} s over {len(paired)} cells ok in both")
 
 
-def _torchscript_change_pct(group: pd.DataFrame) -> tuple[float | None, str]:
+def _torchscript_change_pct(group: pd.DataFrame) -> ClaimValue:
     cells, why = _paired_or_why(group, "torchscript_vs_eager")
     if why:
-        return None, why
-    stats = _pair_statistics(cells, label_model=True)
-    return stats["mean_change_pct"], f"over {stats['cells']} cells ok in both"
+        return ClaimValue(None, why)
+    paired = cells[cells["paired"]]
+    return _from_estimate(*paired_estimate(paired), f"over {len(paired)} cells ok in both", lambda ratio: (ratio - 1) * 100)
 
 
-def _xla_speedup(group: pd.DataFrame) -> tuple[float | None, str]:
+def _xla_speedup(group: pd.DataFrame) -> ClaimValue:
     cells, why = _paired_or_why(group, "xla_vs_function")
     if why:
-        return None, why
-    stats = _pair_statistics(cells, label_model=True)
-    return 1 / stats["geomean_ratio"], f"over {stats['cells']} cells ok in both"
+        return ClaimValue(None, why)
+    paired = cells[cells["paired"]]
+    return _from_estimate(*paired_estimate(paired), f"over {len(paired)} cells ok in both", lambda ratio: 1 / ratio)
 
 
-def _xla_largest_reduction_pct(group: pd.DataFrame) -> tuple[float | None, str]:
+def _xla_largest_reduction_pct(group: pd.DataFrame) -> ClaimValue:
     cells, why = _paired_or_why(group, "xla_vs_function")
     if why:
-        return None, why
-    stats = _pair_statistics(cells, label_model=True)
-    return stats["largest_reduction_pct"], f"at {stats['largest_reduction_shape']}, over {stats['cells']} cells ok in both"
+        return ClaimValue(None, why)
+    paired = cells[cells["paired"]]
+    best = paired.loc[[paired["ratio"].idxmin()]]
+    where = f"{best['model'].iloc[0]} {best['shape'].iloc[0]}"
+    return _from_estimate(*paired_estimate(best), f"at {where}, the largest of {len(paired)} cells ok in both", lambda ratio: (1 - ratio) * 100)
 
 
-def _distilled_ratio(group: pd.DataFrame, student: str, teacher: str) -> tuple[float | None, str]:
+def _distilled_ratio(group: pd.DataFrame, student: str, teacher: str) -> ClaimValue:
     missing = [m for m in (student, teacher) if m not in set(group["model"])]
     if missing:
-        return None, f"{' and '.join(missing)} not measured"
+        return ClaimValue(None, f"{' and '.join(missing)} not measured")
     cells = distilled_pairs(group, [(student, teacher)])
     paired = cells[cells["paired"]]
     if paired.empty:
-        return None, f"no cell is ok for both {student} and {teacher}"
-    return geometric_mean(paired["ratio"]), f"over {len(paired)} matching cells in {paired['environment'].nunique()} environments"
+        return ClaimValue(None, f"no cell is ok for both {student} and {teacher}")
+    return _from_estimate(*distilled_estimate(paired), f"over {len(paired)} matching cells in {paired['environment'].nunique()} environments")
 
 
-def _oom_earlier(group: pd.DataFrame) -> tuple[float | None, str]:
+def _oom_earlier(group: pd.DataFrame) -> ClaimValue:
     cells, why = _paired_or_why(group, "pytorch_vs_tensorflow")
     if why:
-        return None, why
+        return ClaimValue(None, why)
     if not ((cells["base_status"] == status.OOM) | (cells["other_status"] == status.OOM)).any():
-        return None, "no cell ran out of memory in either framework"
+        return ClaimValue(None, "no cell ran out of memory in either framework")
     pt_only = int(((cells["base_status"] == status.OOM) & (cells["other_status"] == status.OK)).sum())
     tf_only = int(((cells["other_status"] == status.OOM) & (cells["base_status"] == status.OK)).sum())
-    return float(pt_only - tf_only), f"{pt_only} cells out of memory in PyTorch only, {tf_only} in TensorFlow only"
+    count = float(pt_only - tf_only)  # a count of statuses: no sampling interval
+    return ClaimValue(count, f"{pt_only} cells out of memory in PyTorch only, {tf_only} in TensorFlow only", count, count)
 
 
 METRICS: dict[str, Metric] = {
@@ -496,11 +627,26 @@ def passes(value: float, holds_if: str) -> bool:
     return _OPERATORS[match.group(1)](value, float(match.group(2)))
 
 
-CLAIMS_COLUMNS: tuple[str, ...] = ("claim", "device", "machine", "measure", "value_2019", "value_this_run", "holds_if", "holds", "detail")
+def judge(value: ClaimValue, holds_if: str) -> tuple[str, str]:
+    """`holds` or `does not hold` only when the whole 95% interval says so; else `inconclusive`, with the reason."""
+    if value.value is None:
+        return NOT_CHECKED, value.detail
+    if value.disturbed:
+        shown = "; ".join(value.disturbed[:3]) + ("; ..." if len(value.disturbed) > 3 else "")
+        return INCONCLUSIVE, f"rests on {len(value.disturbed)} disturbed cells ({shown}); {value.detail}"
+    low, high = (value.value, value.value) if math.isnan(value.low) else (value.low, value.high)
+    if passes(low, holds_if) and passes(high, holds_if):
+        return HOLDS, value.detail
+    if not passes(low, holds_if) and not passes(high, holds_if):
+        return DOES_NOT_HOLD, value.detail
+    return INCONCLUSIVE, f"the 95% interval {low:.4g} to {high:.4g} straddles {holds_if.strip()}; {value.detail}"
+
+
+CLAIMS_COLUMNS: tuple[str, ...] = ("claim", "device", "machine", "measure", "value_2019", "value_this_run", "ci95_low", "ci95_high", "holds_if", "holds", "detail")
 
 
 def claims_table(rows: pd.DataFrame, claims: dict[str, Any] | None = None) -> pd.DataFrame:
-    """7. Each 2019 claim checked on each device and machine it applies to: `holds` is yes, no or not checked."""
+    """7. Each 2019 claim checked on each device and machine it applies to: `holds`, `does not hold`, `inconclusive` or `not checked`."""
     claims = claims or load_claims()
     rows = _prepare(rows)
     groups = list(_groups(rows))
@@ -510,12 +656,15 @@ def claims_table(rows: pd.DataFrame, claims: dict[str, Any] | None = None) -> pd
         base = {key: claim.get(key) for key in ("claim", "measure", "value_2019", "holds_if")}
         targets = [(d, m, g) for d, m, g in groups if device in ("any", d)]
         if not targets:
-            records.append({**base, "device": device, "machine": "", "value_this_run": math.nan, "holds": "not checked",
+            records.append({**base, "device": device, "machine": "", "value_this_run": math.nan, "holds": NOT_CHECKED,
                             "detail": f"no {device} environment in these runs" if device != "any" else "no results"})  # fmt: skip
         for d, machine, group in targets:
-            value, detail = METRICS[claim["metric"]](group, **claim.get("args", {}))
-            holds = "not checked" if value is None else ("yes" if passes(value, claim["holds_if"]) else "no")
-            records.append({**base, "device": d, "machine": machine, "value_this_run": math.nan if value is None else value, "holds": holds, "detail": detail})
+            value = METRICS[claim["metric"]](group, **claim.get("args", {}))
+            holds, detail = judge(value, claim["holds_if"])
+            records.append({
+                **base, "device": d, "machine": machine, "value_this_run": math.nan if value.value is None else value.value,
+                "ci95_low": value.low, "ci95_high": value.high, "holds": holds, "detail": detail,
+            })  # fmt: skip
     table = pd.DataFrame(records, columns=list(CLAIMS_COLUMNS))
     table["value_2019"] = pd.to_numeric(table["value_2019"])
     return table

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,13 +15,16 @@ from benchlib import status
 from benchlib.backends import Backend, load_backend
 from benchlib.catalogue import ModelSpec, get_model
 from benchlib.environment_info import describe_environment
-from benchlib.limits import apply_memory_limit
+from benchlib.interference import METHOD as INTERFERENCE_METHOD
+from benchlib.interference import InterferenceMeter, make_meter
+from benchlib.limits import apply_memory_limit, at_memory_limit
 from benchlib.locking import environment_lock
 from benchlib.memory import CellPeakMemory
 from benchlib.params import BenchmarkParams, validate_params
+from benchlib.probe import PROBE_WORKLOAD, run_probe
 from benchlib.recovery import clear_in_flight, mark_in_flight, record_crash, repair_results
-from benchlib.results import ENVIRONMENT_FILE, RESULTS_FILE, ResultsWriter, finished_cells, make_row, read_results, write_json
-from benchlib.timing import TimingSpec, measure, time_first_call
+from benchlib.results import ENVIRONMENT_FILE, RESULTS_FILE, ResultsWriter, finished_cells, is_true, make_row, read_results, write_json
+from benchlib.timing import Measurement, TimingSpec, measure, prepare_and_call_once
 
 Cell = tuple[str, int, int]  # model, batch size, sequence length
 
@@ -33,33 +37,46 @@ def grid_cells(params: BenchmarkParams) -> list[Cell]:
 def timing_spec(params: BenchmarkParams) -> TimingSpec:
     """How each cell of this run is timed."""
     return TimingSpec(
-        warmup=params.warmup, repeat=params.repeat, number=params.number, target_rel_ci=params.target_rel_ci,
-        max_cell_seconds=params.max_cell_seconds, min_samples=params.min_samples,
+        warmup=params.warmup, warmup_max_seconds=params.warmup_max_seconds, repeat=params.repeat, number=params.number,
+        target_rel_ci=params.target_rel_ci, max_cell_seconds=params.max_cell_seconds, min_samples=params.min_samples,
     )  # fmt: skip
 
 
-def measure_cell(backend: Backend, model: Any, spec: ModelSpec, params: BenchmarkParams, batch_size: int, sequence_length: int) -> tuple[str, Any, str]:
+def measure_cell(
+    backend: Backend, model: Any, spec: ModelSpec, params: BenchmarkParams, batch_size: int, sequence_length: int,
+    meter: InterferenceMeter | None = None,
+) -> tuple[str, Measurement | None, str]:  # fmt: skip
     """Time one cell on a built model: (status, measurement or None, reason)."""
+    peak = CellPeakMemory(backend)
     try:
-        with backend.inference_context(), CellPeakMemory(backend) as peak:
+        with backend.inference_context(), peak:
             inputs = backend.make_inputs(spec.vocab_size(params.model_scale), batch_size, sequence_length, params.seed)
-            call, first_call_s = time_first_call(lambda: backend.prepare(model, inputs), backend.sync)
-            measurement = measure(call, timing_spec(params), backend.sync, first_call_s=first_call_s)
+            call, prepare_s, first_call_s = prepare_and_call_once(lambda: backend.prepare(model, inputs), backend.sync)
+            measurement = measure(call, timing_spec(params), backend.sync, first_call_s=first_call_s, prepare_s=prepare_s, meter=meter)
         return status.OK, dataclasses.replace(measurement, peak_memory_bytes=peak.bytes), ""
     except Exception as exc:  # any failure ends this cell only
-        return (status.OOM if status.is_out_of_memory(exc) else status.ERROR), None, status.describe(exc)
+        return failure(exc, params, peak.bytes if backend.device == "cpu" else None)
+
+
+def failure(exc: Exception, params: BenchmarkParams, peak_resident: int | None = None) -> tuple[str, None, str]:
+    """(status, None, reason) of a failed cell: `oom` for an allocator's error, or for any error raised
+    while the process is at `memory_limit_gb` (TensorFlow reports some failed allocations under other names)."""
+    if status.is_out_of_memory(exc):
+        return status.OOM, None, status.describe(exc)
+    why = at_memory_limit(params.memory_limit_gb, peak_resident)
+    return (status.OOM, None, f"{status.describe(exc)} ({why})") if why else (status.ERROR, None, status.describe(exc))
 
 
 def sweep_model(
     backend: Backend, spec: ModelSpec, params: BenchmarkParams, shapes: list[tuple[int, int]],
-    emit: Callable[..., None], begin: Callable[[Cell], None],
+    emit: Callable[..., None], begin: Callable[[Cell], None], meter: InterferenceMeter | None = None,
 ) -> None:  # fmt: skip
     """Measure `shapes` of one model, building it once and only if a shape needs it.
 
     `begin(cell)` is called before a cell's model is built or measured, `emit(cell, status, ...)` when it ends.
     """
     unsupported = spec.unsupported_reason(params.framework, params.mode)
-    model, build_failure = None, None
+    model, build_failure, attention = None, None, ""
     for batch_size, sequence_length in shapes:
         cell = (spec.name, batch_size, sequence_length)
         if not spec.fits(sequence_length):
@@ -71,27 +88,40 @@ def sweep_model(
             if model is None and build_failure is None:
                 try:
                     model = backend.build(spec, params.model_scale)
+                    attention = backend.attn_implementation(model)
                 except Exception as exc:  # the model's cells fail, the sweep goes on
-                    build_failure = (status.OOM if status.is_out_of_memory(exc) else status.ERROR, f"building the model: {status.describe(exc)}")
+                    state, _, reason = failure(exc, params)
+                    build_failure = (state, f"building the model: {reason}")
             if build_failure:
                 backend.free()
                 emit(cell, build_failure[0], reason=build_failure[1])
                 continue
-            state, measurement, reason = measure_cell(backend, model, spec, params, batch_size, sequence_length)
+            state, measurement, reason = measure_cell(backend, model, spec, params, batch_size, sequence_length, meter)
             if state != status.OK:
                 backend.free()
-            emit(cell, state, measurement, reason)
+            emit(cell, state, measurement, reason, attn_implementation=attention)
     del model
     backend.free()
+
+
+def cells_to_remeasure(rows: pd.DataFrame, grid: list[Cell], attempt: int) -> list[Cell]:
+    """Cells of `grid` whose kept row is `ok` but disturbed, measured fewer than `attempt` times so far."""
+    if rows.empty:
+        return []
+    disturbed = rows[(rows["status"] == status.OK) & is_true(rows["disturbed"]) & (rows["attempts"] < attempt)]
+    again = set(finished_cells(disturbed))  # rows of the current round only: see `_run_locked`
+    return [cell for cell in grid if cell in again]
 
 
 def run_environment(params: dict[str, Any] | BenchmarkParams, progress: bool = True) -> pd.DataFrame:
     """Measure every cell of one environment's grid; rows go to `<output_dir>/results.csv` as they finish.
 
-    Cells that already have a row in that file are not measured again: a rerun resumes. A row
-    cut off by a killed process is set aside, and a cell that was in flight when its process
-    died gets a `crashed` row. Only one process at a time may write into `output_dir`.
-    Returns all rows.
+    Cells that already have a row for this round (`current_round`) in that file are not measured
+    again: a rerun resumes. A row cut off by a killed process is set aside, and a cell that was
+    in flight when its process died gets a `crashed` row. After the sweep, cells disturbed by other processes are measured
+    again, up to `remeasure` times (each attempt is a row; `read_results` keeps the least
+    disturbed). The speed probe runs at the start, before each model and at the end.
+    Only one process at a time may write into `output_dir`. Returns the kept rows.
     """
     params = validate_params(params)
     output_dir = Path(params.output_dir)
@@ -100,38 +130,80 @@ def run_environment(params: dict[str, Any] | BenchmarkParams, progress: bool = T
         return _run_locked(params, output_dir, progress)
 
 
+def _earlier_probes(output_dir: Path) -> list[dict[str, Any]]:
+    """The probes recorded by earlier sessions of this environment (a resumed run), oldest first."""
+    try:
+        return list(json.loads((output_dir / ENVIRONMENT_FILE).read_text(encoding="utf-8")).get("probes", []))
+    except (OSError, ValueError):
+        return []
+
+
 def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd.DataFrame:
     """`run_environment` once the folder's lock is held."""
     results_path = output_dir / RESULTS_FILE
     repair_results(results_path)
     record_crash(output_dir, "the process measuring this cell stopped before writing its row")
-    done = finished_cells(read_results(results_path)) if results_path.exists() and results_path.stat().st_size else set()
-    todo = [cell for cell in grid_cells(params) if cell not in done]
+    resuming = results_path.exists() and results_path.stat().st_size > 0
+    done = finished_cells(read_results(results_path), params.current_round) if resuming else set()
+    grid = grid_cells(params)
+    todo = [cell for cell in grid if cell not in done]
 
-    backend = load_backend(params.framework, params.mode, params.device, params.num_threads)
-    write_json(output_dir / ENVIRONMENT_FILE, describe_environment(params.model_dump(), backend.settings(), backend.versions()))
+    backend = load_backend(params.framework, params.mode, params.device, params.num_threads, params.num_interop_threads)
+    meter = make_meter()
+    description = describe_environment(params.model_dump(), backend.settings(), backend.versions())
+    description["interference"] = {"measured": meter is not None, "max_interference": params.max_interference, "method": INTERFERENCE_METHOD}
+    description["probe_workload"] = PROBE_WORKLOAD
+    probes = _earlier_probes(output_dir) if resuming else []
     environment = {key: getattr(params, key) for key in ("environment", "framework", "mode", "device", "model_scale")}
+    environment["round"] = params.current_round
+
+    def probe(label: str) -> float | str:
+        try:
+            record = {**run_probe(label).as_dict(), "round": params.current_round}
+        except MemoryError as exc:  # at memory_limit_gb after a cell that ran out: the sweep goes on
+            record = {"label": label, "round": params.current_round, "seconds": None, "error": status.describe(exc)}
+        probes.append(record)
+        write_json(output_dir / ENVIRONMENT_FILE, {**description, "probes": probes})
+        return "" if record["seconds"] is None else record["seconds"]
 
     with ResultsWriter(output_dir) as writer, tqdm(total=len(todo), desc=params.environment, disable=not progress) as bar:
+        now = {"attempt": 1, "probe_s": probe("start")}
 
         def row_of(cell: Cell) -> dict[str, Any]:
             model, batch_size, sequence_length = cell
-            return {**environment, "model": model, "batch_size": batch_size, "sequence_length": sequence_length}
+            return {**environment, "model": model, "batch_size": batch_size, "sequence_length": sequence_length, **now}
 
         def begin(cell: Cell) -> None:
             mark_in_flight(output_dir, row_of(cell))
             bar.set_postfix_str(f"{cell[0]} {cell[1]}x{cell[2]}")
 
-        def emit(cell: Cell, state: str, measurement: Any = None, reason: str = "") -> None:
-            writer.append(make_row(row_of(cell), state, measurement, reason))
+        def emit(cell: Cell, state: str, measurement: Measurement | None = None, reason: str = "", attn_implementation: str = "") -> None:
+            interference = measurement.interference if measurement else None
+            disturbed = interference.disturbed(params.max_interference) if interference else ""
+            row = {**row_of(cell), "disturbed": disturbed, "attn_implementation": attn_implementation}
+            writer.append(make_row(row, state, measurement, reason))
             clear_in_flight(output_dir)
-            bar.set_postfix_str(f"{cell[0]} {cell[1]}x{cell[2]} {state}")
+            bar.set_postfix_str(f"{cell[0]} {cell[1]}x{cell[2]} {state}{' disturbed' if disturbed else ''}")
             bar.update()
 
+        def sweep(cells: list[Cell], label: str) -> None:
+            for name in dict.fromkeys(model for model, _, _ in cells):
+                now["probe_s"] = probe(f"before {name}{label}")
+                shapes = [(b, s) for model, b, s in cells if model == name]
+                sweep_model(backend, get_model(name), params, shapes, emit, begin, meter)
+
         try:
-            for name in dict.fromkeys(model for model, _, _ in todo):
-                shapes = [(b, s) for model, b, s in todo if model == name]
-                sweep_model(backend, get_model(name), params, shapes, emit, begin)
+            sweep(todo, "")
+            for attempt in range(2, params.remeasure + 2):
+                rows = read_results(results_path)
+                this_round = rows[rows["round"] == params.current_round]
+                again = cells_to_remeasure(this_round, grid, attempt)
+                if not again:
+                    break
+                now["attempt"] = attempt
+                bar.total += len(again)
+                sweep(again, f" (attempt {attempt}: {len(again)} disturbed cells)")
+            probe("end")
         except KeyboardInterrupt:  # stopped by the user, not a crash: the cell is measured again next time
             clear_in_flight(output_dir)
             raise

@@ -19,8 +19,9 @@ from benchlib.runner import NOTEBOOK, PARAMETERS_DIR
 from benchlib.status import OK, STATUSES, TOO_LONG
 
 PARAMETER_NAMES = [
-    "environment", "framework", "mode", "device", "num_threads", "models", "model_scale",
-    "batch_sizes", "sequence_lengths", "warmup", "repeat", "number", "output_dir",
+    "environment", "framework", "mode", "device", "num_threads", "num_interop_threads", "models", "model_scale",
+    "batch_sizes", "sequence_lengths", "warmup", "warmup_max_seconds", "repeat", "number",
+    "max_interference", "remeasure", "rounds", "current_round", "output_dir",
 ]  # fmt: skip
 SMOKE = yaml.safe_load((PARAMETERS_DIR / "grids" / "smoke.yaml").read_text())
 

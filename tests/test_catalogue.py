@@ -123,3 +123,42 @@ def test_tiny_models_run_in_tensorflow_function_and_xla():
     )
     assert len(results) == 2 * len(STUDY_MODELS)
     assert all(shape[:2] == [2, 8] for shape in results.values()), results
+
+
+OUTPUT_FIELDS = ("use_cache", "output_attentions", "output_hidden_states", "use_mems_eval")
+
+
+def test_every_mode_computes_the_same_thing():
+    """The same configuration overrides in eager, TorchScript, tf.function and XLA (e.g. no key/value cache)."""
+    fields = f"{OUTPUT_FIELDS!r}"
+    tensorflow = run_python(f"""
+        import json
+        from benchlib.backends import load_backend
+        from benchlib.catalogue import load_catalogue
+        out = {{}}
+        for mode in ("function", "xla"):
+            backend = load_backend("tensorflow", mode)
+            for name, spec in load_catalogue().items():
+                config = backend.build(spec, "tiny").config
+                out[f"{{mode}}/{{name}}"] = {{key: getattr(config, key, None) for key in {fields}}}
+        print(json.dumps(out))
+    """)
+    for name, spec in load_catalogue().items():
+        seen = {}
+        for mode in ("eager", "torchscript"):
+            config = load_backend("pytorch", mode).build(spec, "tiny").config
+            seen[mode] = {key: getattr(config, key, None) for key in OUTPUT_FIELDS}
+        seen.update({mode: tensorflow[f"{mode}/{name}"] for mode in ("function", "xla")})
+        assert all(values == seen["eager"] for values in seen.values()), (name, seen)
+        assert all(seen["eager"][key] == value for key, value in spec.inference_config.items())
+        assert not seen["eager"]["output_attentions"] and not seen["eager"]["output_hidden_states"]
+    assert {name for name, spec in load_catalogue().items() if spec.inference_config.get("use_cache") is False} == {"gpt2", "distilgpt2", "ctrl"}
+
+
+def test_eager_gpt2_returns_no_key_value_cache_and_records_its_attention():
+    backend = load_backend("pytorch", "eager")
+    model = backend.build(get_model("gpt2"), "tiny")
+    with backend.inference_context():
+        output = backend.prepare(model, backend.make_inputs(1000, 1, 8, seed=0))()
+    assert output.past_key_values is None
+    assert backend.attn_implementation(model) in ("eager", "sdpa")

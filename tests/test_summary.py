@@ -7,6 +7,7 @@ import math
 
 import matplotlib.pyplot as plt
 import pandas as pd
+import numpy as np
 import pytest
 
 from benchlib import plots, summary
@@ -59,7 +60,8 @@ def test_oom_cell_is_excluded_from_both_averages_and_counted(oom_rows: pd.DataFr
 
 def test_framework_averages_columns_are_the_published_ones(oom_rows: pd.DataFrame) -> None:
     averages = summary.framework_averages(oom_rows)
-    assert list(averages.columns) == ["device", "machine", "environment", "framework", "mode", "mean_s", "cells_used", "cells_excluded", "naive_mean_s"]
+    assert list(averages.columns)[:9] == ["device", "machine", "environment", "framework", "mode", "mean_s", "cells_used", "cells_excluded", "naive_mean_s"]
+    assert list(averages.columns)[9:] == ["vs_baseline", "ci95_low", "ci95_high", "verdict", "disturbed_cells"]
     assert set(averages["device"]) == {"cpu"}
     assert list(averages["framework"]) == ["pytorch", "tensorflow"]
 
@@ -250,22 +252,22 @@ def test_claims_hold_or_not_on_known_numbers() -> None:
     assert list(table.columns) == list(summary.CLAIMS_COLUMNS)
     pt_tf = claim(table, "cpu_pytorch_faster")
     # (1.2 + 1.08) / (1.0 + 0.9): the oom cell, 30 s in TensorFlow, is left out
-    assert pt_tf["value_this_run"] == pytest.approx(1.2) and pt_tf["holds"] == "yes"
+    assert pt_tf["value_this_run"] == pytest.approx(1.2) and pt_tf["holds"] == "holds"
     assert pt_tf["value_2019"] == pytest.approx(1.1)
     assert claim(table, "gpu_tensorflow_faster", "cuda")["holds"] == "not checked"
     torchscript = claim(table, "torchscript_faster")
-    assert torchscript["value_this_run"] == pytest.approx(-5.0) and torchscript["holds"] == "no"
+    assert torchscript["value_this_run"] == pytest.approx(-5.0) and torchscript["holds"] == "does not hold"
     xla = claim(table, "xla_speedup")
-    assert xla["value_this_run"] == pytest.approx(1.2 / 0.4) and xla["holds"] == "yes"
+    assert xla["value_this_run"] == pytest.approx(1.2 / 0.4) and xla["holds"] == "holds"
     assert claim(table, "xla_small_inputs")["value_this_run"] == pytest.approx(100 * (1 - 0.4 / 1.2))
     distilbert = claim(table, "distilbert_half")
-    assert distilbert["value_this_run"] == pytest.approx(0.9) and distilbert["holds"] == "no"
+    assert distilbert["value_this_run"] == pytest.approx(0.9) and distilbert["holds"] == "does not hold"
     assert claim(table, "distilgpt2_half")["holds"] == "not checked"
     oom = claim(table, "pytorch_oom_earlier")
-    assert oom["value_this_run"] == 1 and oom["holds"] == "yes"
+    assert oom["value_this_run"] == 1 and oom["holds"] == "holds"
 
     slower_pytorch = rows.assign(mean_s=[3.0, math.nan, 0.9, 1.2, 30.0, 1.08, 0.95, 0.4])
-    assert claim(summary.claims_table(slower_pytorch), "cpu_pytorch_faster")["holds"] == "no"
+    assert claim(summary.claims_table(slower_pytorch), "cpu_pytorch_faster")["holds"] == "does not hold"
 
 
 def test_claims_data_carry_their_source_and_consistent_values() -> None:
@@ -344,3 +346,64 @@ def test_figures_have_titles_and_labelled_axes(tmp_path, oom_rows: pd.DataFrame)
     assert "(s)" in figures["time_vs_sequence"].axes[0].get_ylabel()
     with pytest.raises(ValueError, match="no cell is ok in both"):
         plots.ratio_heatmap(oom_rows[oom_rows["environment"] == "cpu-pytorch"])
+
+
+def sampled(environment: str, model: str, shape: str, median: float, spread: float = 0.02, seed: int = 0, round_number: int = 1, **extra: object) -> dict:
+    """A row with 15 raw samples around `median` (relative normal spread), as a measured round would have."""
+    rng = np.random.default_rng(seed)
+    samples = list(median * (1 + spread * rng.standard_normal(15)))
+    return cell(environment, model, shape, mean_s=float(np.mean(samples)), median_s=float(np.median(samples)), samples_s=samples, round=round_number, **extra)
+
+
+def collapsed(*rows: dict) -> pd.DataFrame:
+    return pd.concat([summary.collapse_rounds(group) for _, group in frame(*rows).groupby("environment", sort=False)], ignore_index=True)
+
+
+def test_a_cell_s_time_is_the_median_over_rounds_of_each_round_s_median() -> None:
+    rows = collapsed(*[sampled("cpu-pytorch", "gpt2", "1x8", m, seed=i, round_number=i + 1) for i, m in enumerate([1.0, 1.3, 1.1])])
+    row = rows.squeeze()
+    medians = sorted(frame(*[sampled("cpu-pytorch", "gpt2", "1x8", m, seed=i) for i, m in enumerate([1.0, 1.3, 1.1])])["median_s"])
+    assert row["time_s"] == pytest.approx(medians[1]) and row["rounds"] == 3 and row["values_over"] == "rounds"
+    assert sorted(row["values"]) == pytest.approx(medians)
+    assert row["round_spread_pct"] == pytest.approx((medians[2] - medians[0]) / medians[1] * 100)
+    one = collapsed(sampled("cpu-pytorch", "gpt2", "1x8", 1.0)).squeeze()
+    assert one["rounds"] == 1 and one["values_over"] == "samples" and len(one["values"]) == 15
+
+
+def test_a_round_that_failed_leaves_the_others_and_a_disturbed_round_marks_the_cell() -> None:
+    rows = collapsed(
+        sampled("cpu-pytorch", "gpt2", "1x8", 1.0, round_number=1, disturbed=True),
+        cell("cpu-pytorch", "gpt2", "1x8", "crashed", round=2),
+        sampled("cpu-pytorch", "gpt2", "1x8", 1.2, round_number=3, disturbed=False),
+    ).squeeze()
+    assert rows["status"] == "ok" and rows["rounds"] == 2 and bool(rows["disturbed"])
+
+
+def pt_tf_rows(tf_median: float, spread: float, disturbed: bool = False) -> pd.DataFrame:
+    rows = []
+    for i, (model, shape, pt) in enumerate([("bert-base-cased", "1x8", 0.04), ("bert-base-cased", "1x64", 0.08), ("gpt2", "1x8", 0.05)]):
+        rows += [sampled("cpu-pytorch", model, shape, pt, spread, seed=2 * i, disturbed=disturbed and i == 0),
+                 sampled("cpu-tensorflow", model, shape, pt * tf_median, spread, seed=2 * i + 1)]  # fmt: skip
+    return collapsed(*rows)
+
+
+@pytest.mark.parametrize(
+    "tf_over_pt, spread, disturbed, verdict, holds",
+    [(1.5, 0.02, False, "slower", "holds"), (0.6, 0.02, False, "faster", "does not hold"),
+     (1.05, 0.3, False, "no clear difference", "inconclusive"), (1.5, 0.02, True, "inconclusive", "inconclusive")],
+    ids=["pytorch-clearly-faster", "tensorflow-clearly-faster", "overlapping", "disturbed"],
+)  # fmt: skip
+def test_comparisons_carry_an_interval_and_a_verdict_and_claims_follow_it(tf_over_pt, spread, disturbed, verdict, holds) -> None:
+    rows = pt_tf_rows(tf_over_pt, spread, disturbed)
+    table = summary.pytorch_vs_tensorflow(rows).set_index("model")
+    overall = table.loc["all models"]
+    assert overall["ci95_low"] <= overall["tf_over_pt"] <= overall["ci95_high"] and overall["interval_over"] == "samples"
+    assert overall["verdict"] == verdict
+    assert ("cpu-pytorch bert-base-cased 1x8" in overall["disturbed_cells"]) == disturbed
+    pt_tf = claim(summary.claims_table(rows), "cpu_pytorch_faster")
+    assert pt_tf["holds"] == holds
+    if holds == "inconclusive":
+        assert ("disturbed" if disturbed else "straddles >= 1.05") in pt_tf["detail"]
+    averages = summary.framework_averages(rows).set_index("environment")
+    assert averages.loc["cpu-pytorch", "verdict"] == "baseline"
+    assert averages.loc["cpu-tensorflow", "verdict"] == verdict

@@ -1,7 +1,9 @@
-"""The summary notebook executed through papermill (render_summary) on the session's smoke run."""
+"""The summary notebook executed through papermill (render_summary) on the session's smoke run and on an old run."""
 
 from __future__ import annotations
 
+import csv
+import json
 import shutil
 from pathlib import Path
 
@@ -13,6 +15,13 @@ from benchlib.report import render_summary
 from benchlib.summary import AVERAGES_COLUMNS, COLUMNS_2019
 
 ENVIRONMENTS = ("cpu-pytorch", "cpu-torchscript", "cpu-tensorflow", "cpu-tensorflow-xla")
+REFERENCE = Path(__file__).resolve().parent.parent / "outputs" / "reference"
+# results.csv's columns before attempts, interference and the speed probe were recorded.
+OLD_COLUMNS = (
+    "environment", "framework", "mode", "device", "model", "model_scale", "batch_size", "sequence_length", "status",
+    "mean_s", "median_s", "min_s", "std_s", "repeat", "number", "first_call_s", "samples_s", "reason",
+    "iqr_s", "ci95_low_s", "ci95_high_s", "noisy", "stop_reason", "peak_memory_bytes",
+)  # fmt: skip
 
 
 def page_text(html: Path) -> str:
@@ -28,6 +37,8 @@ def test_summary_renders_html_tables_and_figures(smoke_run: Path, tmp_path: Path
     assert "summary.load_runs" not in page and "show_table(" not in page  # the code is hidden
     assert "Average inference time per environment" in page and "cells_excluded" in page
     assert page.count("data:image/png") >= 3
+    assert "Speed probe" in page or "speed probe" in page
+    assert "Interference was not measured" not in page  # every environment of a fresh run measured it
 
     averages = pd.read_csv(run / "tables" / "framework_averages.csv")
     assert list(averages.columns) == list(AVERAGES_COLUMNS)
@@ -36,7 +47,7 @@ def test_summary_renders_html_tables_and_figures(smoke_run: Path, tmp_path: Path
     # two cells are unsupported in PyTorch: excluded from every average, and counted.
     assert set(averages["cells_used"]) == {17} and set(averages["cells_excluded"]) == {3}
     assert (averages["mean_s"] > 0).all()
-    assert {p.name for p in (run / "figures").iterdir()} == {"framework_averages.png", "tf_over_pt_heatmap.png", "time_vs_sequence.png", "peak_memory.png"}
+    assert {p.name for p in (run / "figures").iterdir()} == {"framework_averages.png", "tf_over_pt_heatmap.png", "time_vs_sequence.png", "peak_memory.png", "speed_probe.png"}
     for name in ("pytorch_vs_tensorflow", "torchscript_vs_eager", "xla_vs_function", "distilled_vs_teacher", "claims_2019", "excluded_cells", "threads", "peak_memory_mib"):
         assert (run / "tables" / f"{name}.csv").is_file(), name
     spreadsheet = (run / "tables" / "spreadsheet_2019_cpu-tensorflow-xla.csv").read_text().splitlines()
@@ -68,3 +79,24 @@ def test_partial_run_without_xla_renders_what_is_there(smoke_run: Path, tmp_path
 def test_render_summary_names_a_missing_run_folder(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="run_dirs: not a folder: .*nowhere"):
         render_summary([tmp_path / "nowhere"])
+
+
+def test_a_run_from_before_interference_and_probes_renders_and_says_so(tmp_path: Path) -> None:
+    run = tmp_path / "old"
+    for environment in ("cpu-pytorch", "cpu-tensorflow"):
+        source, target = REFERENCE / environment, run / environment
+        target.mkdir(parents=True)
+        with open(source / "results.csv", newline="") as old, open(target / "results.csv", "w", newline="") as new:
+            writer = csv.DictWriter(new, fieldnames=OLD_COLUMNS, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(csv.DictReader(old))
+        info = json.loads((source / "environment.json").read_text())
+        info = {key: value for key, value in info.items() if key not in ("interference", "probe_workload", "probes")}
+        (target / "environment.json").write_text(json.dumps(info))
+
+    page = page_text(render_summary([run]))
+
+    assert "Interference was not measured for cpu-pytorch and cpu-tensorflow" in page
+    assert "No environment of these runs recorded a speed probe" in page
+    assert "Average inference time per environment" in page and "Peak memory" in page
+    assert not (run / "tables" / "disturbed_cells.csv").exists() and not (run / "figures" / "speed_probe.png").exists()

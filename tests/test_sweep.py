@@ -35,7 +35,7 @@ def test_measured_cell_row_format(tmp_path):
     rows = run_environment(params(tmp_path), progress=False)
     assert len(rows) == 1
     row = rows.iloc[0]
-    assert set(REQUIRED_COLUMNS) <= set(rows.columns) and list(rows.columns) == list(COLUMNS)
+    assert set(REQUIRED_COLUMNS) <= set(rows.columns) and list(rows.columns) == [*COLUMNS, "attempts"]
     assert (row.status, row.model, row.batch_size, row.sequence_length) == ("ok", "bert-base-cased", 1, 8)
     assert len(row.samples_s) == 3 and (row["repeat"], row["number"]) == (3, 2)
     assert row.mean_s == pytest.approx(statistics.fmean(row.samples_s))

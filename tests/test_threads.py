@@ -38,9 +38,9 @@ def test_tensorflow_threads_read_back(tmp_path, threads):
     out = str(tmp_path / "env")
     after = run_python(RUN.format(framework="tensorflow", mode="function", threads=threads, out=out) + """
     import tensorflow as tf
-    from benchlib.backends.tensorflow import set_intra_op_threads
+    from benchlib.backends.tensorflow import set_thread_pool
     try:
-        set_intra_op_threads(3)  # the runtime has started: too late
+        set_thread_pool("intra", 3)  # the runtime has started: too late
         late = ""
     except RuntimeError as error:
         late = str(error)
@@ -81,3 +81,23 @@ def test_tensorflow_refuses_a_gpu_it_does_not_see():
         """
     )
     assert message == "device cuda: TensorFlow sees 0 GPU(s) on this machine"
+
+
+@pytest.mark.parametrize("framework, mode", [("pytorch", "eager"), ("tensorflow", "function")])
+def test_cores_and_inter_op_threads_are_applied_and_read_back(framework, mode):
+    recorded = run_python(f"""
+        import json, os
+        from benchlib.backends import load_backend
+        print(json.dumps({{**load_backend({framework!r}, {mode!r}, "cpu", "cores", 1).settings(), "cpus": len(os.sched_getaffinity(0))}}))
+    """)
+    assert recorded["num_threads"] == recorded["cpus"] and recorded["num_interop_threads"] == 1
+
+
+def test_shipped_cpu_environments_pin_the_same_thread_counts():
+    import yaml
+
+    from benchlib.runner import PARAMETERS_DIR
+
+    files = sorted((PARAMETERS_DIR / "environments").glob("cpu-*.yaml"))
+    pinned = {path.stem: {key: yaml.safe_load(path.read_text()).get(key) for key in ("num_threads", "num_interop_threads")} for path in files}
+    assert len(pinned) >= 4 and all(value == {"num_threads": "cores", "num_interop_threads": 1} for value in pinned.values()), pinned

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 import random
 
@@ -11,7 +12,7 @@ from scipy import stats as scipy_stats
 
 from benchlib import read_results, run_environment
 from benchlib.params import ParameterError, validate_params
-from benchlib.timing import CONVERGED, FIXED, MAX_SAMPLES, TIME_BUDGET, TimingSpec, measure
+from benchlib.timing import CONVERGED, FIXED, MAX_SAMPLES, TIME_BUDGET, TimingSpec, measure, prepare_and_call_once, warm_up
 
 
 class FakeClock:
@@ -50,8 +51,69 @@ def intervals(log):
 def test_fixed_repeat_is_a_tight_loop_between_clock_reads():
     measurement, clock = timed(itertools.repeat(0.5), number=3, repeat=4)
     assert measurement.samples_s == (0.5,) * 4 and measurement.stop_reason == FIXED and measurement.calls == 12
-    assert clock.log[:1] == ["sync"]  # after the (empty) warm-up
-    assert [interval for interval in intervals(clock.log[1:]) if interval] == [["call"] * 3 + ["sync"]] * 4
+    assert measurement.warmup_calls == 0 and clock.log[0] == "clock"  # warmup=0: no call before the samples
+    assert [interval for interval in intervals(clock.log) if interval] == [["call"] * 3 + ["sync"]] * 4
+
+
+def warmed(durations, **spec):
+    clock = FakeClock(durations)
+    return warm_up(clock.call, TimingSpec(**spec), clock.sync, clock), clock
+
+
+def test_warm_up_stops_when_two_successive_batches_agree():
+    # A traced model speeding up over its first calls. Each batch holds 50 ms at the latest median:
+    # after 100 ms, 1 call (40 ms); then 2 (20 ms); then 3 (12.5 ms); then 4, whose median agrees.
+    durations = [0.1, 0.04, 0.02, 0.02, *[0.0125] * 3, 0.0126, 0.0124, 0.0125, 0.0127, 99.0]
+    calls, clock = warmed(durations, warmup=1, warmup_max_seconds=60)
+    assert calls == 1 + 1 + 2 + 3 + 4 == clock.log.count("call")
+    assert clock.log.count("sync") == calls  # every warm-up call is timed on its own
+
+
+def test_warm_up_ignores_a_stray_slow_call_by_taking_batch_medians():
+    durations = [0.01] * 5 + [0.01, 0.01, 0.5, 0.01, 0.01]  # one 0.5 s call in the second batch
+    calls, _ = warmed(durations, warmup=5, warmup_max_seconds=60)
+    assert calls == 10
+
+
+def test_warm_up_stops_at_its_time_limit_when_calls_never_settle():
+    durations = itertools.cycle([0.1, 0.2])  # every batch of one call differs from the last by 50% or more
+    calls, clock = warmed(durations, warmup=1, warmup_max_seconds=3)
+    assert 3 <= clock.now < 3 + 0.2 + 1e-9 and calls == clock.log.count("call") > 10
+
+
+def test_warm_up_takes_at_least_warmup_calls_and_none_when_zero():
+    calls, _ = warmed(itertools.repeat(0.01), warmup=7, warmup_max_seconds=60)
+    assert calls == 7 + 5  # then one batch of 50 ms, equal to the last call
+    assert warmed(itertools.repeat(0.01), warmup=0)[0] == 0
+
+
+def test_garbage_collection_is_off_while_samples_are_taken_and_restored_after():
+    seen = []
+
+    def call():
+        seen.append(gc.isenabled())
+
+    assert gc.isenabled()
+    measurement = measure(call, TimingSpec(warmup=2, warmup_max_seconds=0, repeat=4, number=2))
+    assert seen[:2] == [True, True] and seen[2:] == [False] * 8  # warm-up on, samples off
+    assert gc.isenabled() and measurement.warmup_calls == 2
+    gc.disable()
+    try:
+        measure(call, TimingSpec(warmup=0, repeat=1, number=1))
+        assert not gc.isenabled()  # a caller's choice is left as it was
+    finally:
+        gc.enable()
+
+
+def test_preparation_and_first_call_are_timed_apart():
+    clock = FakeClock([0.5])
+
+    def make_call():
+        clock.now += 2.0  # tracing or compiling
+        return clock.call
+
+    call, prepare_s, first_call_s = prepare_and_call_once(make_call, clock.sync, clock)
+    assert (prepare_s, first_call_s) == (2.0, 0.5) and call == clock.call
 
 
 def test_auto_keeps_the_loop_tight_and_checks_between_samples():
@@ -106,7 +168,7 @@ def test_auto_counts_samples_of_number_calls():
 
 @pytest.mark.parametrize(
     "spec",
-    [dict(repeat=0), dict(repeat="sometimes"), dict(number=0), dict(min_samples=1), dict(target_rel_ci=0), dict(max_cell_seconds=0)],
+    [dict(repeat=0), dict(repeat="sometimes"), dict(number=0), dict(min_samples=1), dict(target_rel_ci=0), dict(max_cell_seconds=0), dict(warmup_max_seconds=-1)],
 )
 def test_bad_specs_are_refused(spec):
     with pytest.raises(ValueError):

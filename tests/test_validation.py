@@ -21,6 +21,12 @@ CASES = {
     "boolean size": ({"batch_sizes": [True]}, "batch_sizes.0: Input should be a valid integer"),
     "repeat below 1": ({"repeat": 0}, "repeat: must be a positive integer or 'auto', not 0"),
     "number below 1": ({"number": 0}, "number: Input should be greater than or equal to 1"),
+    "threads neither a count nor cores": ({"num_threads": "many"}, "num_threads: must be a positive integer, 'cores' (every CPU this process may use) or null"),
+    "no threads": ({"num_threads": 0}, "num_threads: must be a positive integer, 'cores'"),
+    "no inter-op threads": ({"num_interop_threads": 0}, "num_interop_threads: Input should be greater than or equal to 1"),
+    "interference above 1": ({"max_interference": 1.5}, "max_interference: Input should be less than or equal to 1"),
+    "negative remeasure": ({"remeasure": -1}, "remeasure: Input should be greater than or equal to 0"),
+    "negative warm-up time": ({"warmup_max_seconds": -1}, "warmup_max_seconds: Input should be greater than or equal to 0"),
     "unknown key": ({"batch_size": [1]}, "batch_size: unknown parameter; allowed: environment, framework, mode"),
 }
 

@@ -45,6 +45,9 @@ class Backend(Protocol):
         Calls are made inside `inference_context()`, so that the timed call carries no set-up.
         """
 
+    def attn_implementation(self, model: Any) -> str:
+        """The attention implementation the built model uses (`eager`, `sdpa`, ...)."""
+
     def inference_context(self) -> AbstractContextManager[Any]:
         """The context a cell runs in (PyTorch: inference mode; TensorFlow: the device scope)."""
 
@@ -70,6 +73,13 @@ class Backend(Protocol):
 THREAD_VARIABLES: tuple[str, ...] = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")
 
 
+def resolve_threads(num_threads: int | str | None) -> int | None:
+    """A thread count: "cores" is every CPU this process may run on; None leaves the framework's default."""
+    if num_threads == "cores":
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return num_threads if isinstance(num_threads, int) else None
+
+
 def apply_thread_environment(num_threads: int | None) -> None:
     """Set OpenMP/MKL/TensorFlow thread counts; effective only before the framework is imported."""
     if num_threads:
@@ -77,12 +87,19 @@ def apply_thread_environment(num_threads: int | None) -> None:
             os.environ[name] = str(num_threads)
 
 
-def load_backend(framework: str, mode: str, device: str = "cpu", num_threads: int | None = None) -> Backend:
-    """Import the framework's module and return its backend for `mode` on `device`."""
+def load_backend(
+    framework: str, mode: str, device: str = "cpu", num_threads: int | str | None = None, num_interop_threads: int | None = None
+) -> Backend:
+    """Import the framework's module and return its backend for `mode` on `device`.
+
+    `num_threads` sizes the intra-op pools (an integer, "cores" or None for the framework's default),
+    `num_interop_threads` the inter-op pools (None: the framework's default).
+    """
     if framework not in BACKENDS:
         raise ValueError(f"framework must be one of {', '.join(BACKENDS)}, not {framework!r}")
     if mode not in modes(framework):
         raise ValueError(f"mode for {framework} must be one of {', '.join(modes(framework))}, not {mode!r}")
-    apply_thread_environment(num_threads)
+    threads = resolve_threads(num_threads)
+    apply_thread_environment(threads)
     module = importlib.import_module(BACKENDS[framework][0])
-    return module.make_backend(mode=mode, device=device, num_threads=num_threads)
+    return module.make_backend(mode=mode, device=device, num_threads=threads, num_interop_threads=num_interop_threads)

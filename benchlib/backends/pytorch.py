@@ -56,6 +56,7 @@ class PyTorchBackend:
     mode: str
     device: str = "cpu"
     num_threads: int | None = None
+    num_interop_threads: int | None = None
     framework: str = "pytorch"
 
     def __post_init__(self) -> None:
@@ -64,13 +65,19 @@ class PyTorchBackend:
             raise RuntimeError(f"device {self.device}: PyTorch sees {torch.cuda.device_count()} GPU(s) on this machine")
         if self.num_threads:
             torch.set_num_threads(self.num_threads)
+        if self.num_interop_threads and torch.get_num_interop_threads() != self.num_interop_threads:
+            try:
+                torch.set_num_interop_threads(self.num_interop_threads)
+            except RuntimeError as exc:
+                raise RuntimeError(f"num_interop_threads: PyTorch's inter-op pool has already started in this process; set it in a fresh kernel ({exc})") from None
 
     @property
     def on_gpu(self) -> bool:
         return self._device.type == "cuda"
 
     def build(self, spec: ModelSpec, scale: str) -> torch.nn.Module:
-        overrides = {"torchscript": True, **spec.torchscript_config} if self.mode == "torchscript" else {}
+        # torchscript=True only makes the model return tuples, which the tracer needs.
+        overrides = {**spec.inference_config, **({"torchscript": True} if self.mode == "torchscript" else {})}
         config = spec.build_config(scale, **overrides)
         model = spec.model_class("pytorch")(config)
         return model.to(self._device).eval()
@@ -85,7 +92,7 @@ class PyTorchBackend:
             # The tracer warns about every Python branch it fixes for this shape: tracing per shape is the point.
             with torch.inference_mode(), traceable_masks(), warnings.catch_warnings():
                 warnings.simplefilter("ignore", torch.jit.TracerWarning)
-                traced = torch.jit.trace(model, inputs)
+                traced = torch.jit.trace(model, inputs, check_trace=False)
             target = traced
         else:
             target = model
@@ -94,6 +101,9 @@ class PyTorchBackend:
             return target(inputs)
 
         return call
+
+    def attn_implementation(self, model: torch.nn.Module) -> str:
+        return str(getattr(model.config, "_attn_implementation", None) or "eager")
 
     def inference_context(self) -> contextlib.AbstractContextManager[Any]:
         """Inference mode, entered once around a cell rather than in every timed call."""
@@ -134,6 +144,6 @@ def thread_settings() -> dict[str, Any]:
     return settings
 
 
-def make_backend(mode: str, device: str = "cpu", num_threads: int | None = None) -> PyTorchBackend:
+def make_backend(mode: str, device: str = "cpu", num_threads: int | None = None, num_interop_threads: int | None = None) -> PyTorchBackend:
     """The PyTorch backend for `mode` on `device`."""
-    return PyTorchBackend(mode=mode, device=device, num_threads=num_threads)
+    return PyTorchBackend(mode=mode, device=device, num_threads=num_threads, num_interop_threads=num_interop_threads)

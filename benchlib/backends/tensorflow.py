@@ -37,12 +37,15 @@ class TensorFlowBackend:
     mode: str
     device: str = "cpu"
     num_threads: int | None = None
+    num_interop_threads: int | None = None
     framework: str = "tensorflow"
 
     def __post_init__(self) -> None:
         self._device = tf_device_name(self.device)
         if self.num_threads:
-            set_intra_op_threads(self.num_threads)
+            set_thread_pool("intra", self.num_threads)
+        if self.num_interop_threads:
+            set_thread_pool("inter", self.num_interop_threads)
         gpus = tf.config.list_physical_devices("GPU")
         if self.on_gpu and int(self._device.rsplit(":", 1)[1]) >= len(gpus):
             # TensorFlow would otherwise place the work on the CPU without a word.
@@ -55,7 +58,7 @@ class TensorFlowBackend:
         return self._device.startswith("/GPU")
 
     def build(self, spec: ModelSpec, scale: str) -> Any:
-        config = spec.build_config(scale)
+        config = spec.build_config(scale, **spec.inference_config)
         with tf.device(self._device):
             model = spec.model_class("tensorflow")(config)
             model(model.dummy_inputs, training=False)  # creates the weights
@@ -68,6 +71,7 @@ class TensorFlowBackend:
 
     def prepare(self, model: Any, inputs: tf.Tensor) -> Callable[[], Any]:
         function = tf.function(lambda ids: model(ids, training=False), jit_compile=self.mode == "xla")
+        function.get_concrete_function(inputs)  # traces the graph now (XLA compiles it at the first call)
 
         def call() -> Any:
             return function(inputs)
@@ -78,9 +82,12 @@ class TensorFlowBackend:
         """The device scope, entered once around a cell rather than in every timed call."""
         return tf.device(self._device)
 
+    def attn_implementation(self, model: Any) -> str:
+        return "eager"  # transformers' TensorFlow models write attention out as matrix multiplies
+
     def sync(self, output: Any) -> None:
-        if self.on_gpu and output is not None:
-            output[0].numpy()  # materialise the output: waits for the GPU
+        if self.on_gpu:
+            tf.test.experimental.sync_devices()  # waits for the GPU without copying the output to the host
 
     def free(self) -> None:
         tf.keras.backend.clear_session()
@@ -119,16 +126,18 @@ def default_intra_op_threads() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def set_intra_op_threads(num_threads: int) -> None:
-    """Size TensorFlow's intra-op thread pool; possible only before TensorFlow's runtime starts."""
-    if tf.config.threading.get_intra_op_parallelism_threads() == num_threads:
+def set_thread_pool(pool: str, num_threads: int) -> None:
+    """Size TensorFlow's "intra" or "inter" op thread pool; possible only before TensorFlow's runtime starts."""
+    get = getattr(tf.config.threading, f"get_{pool}_op_parallelism_threads")
+    if get() == num_threads:
         return
     try:
-        tf.config.threading.set_intra_op_parallelism_threads(num_threads)
+        getattr(tf.config.threading, f"set_{pool}_op_parallelism_threads")(num_threads)
     except RuntimeError as exc:
-        raise RuntimeError(f"num_threads: TensorFlow's runtime has already started in this process; set num_threads in a fresh kernel ({exc})") from None
+        parameter = "num_threads" if pool == "intra" else "num_interop_threads"
+        raise RuntimeError(f"{parameter}: TensorFlow's runtime has already started in this process; set {parameter} in a fresh kernel ({exc})") from None
 
 
-def make_backend(mode: str, device: str = "cpu", num_threads: int | None = None) -> TensorFlowBackend:
+def make_backend(mode: str, device: str = "cpu", num_threads: int | None = None, num_interop_threads: int | None = None) -> TensorFlowBackend:
     """The TensorFlow backend for `mode` on `device`."""
-    return TensorFlowBackend(mode=mode, device=device, num_threads=num_threads)
+    return TensorFlowBackend(mode=mode, device=device, num_threads=num_threads, num_interop_threads=num_interop_threads)
