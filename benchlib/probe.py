@@ -12,6 +12,7 @@ import datetime
 import statistics
 import time
 from dataclasses import asdict, dataclass
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -34,12 +35,16 @@ class ProbeRecord:
         return asdict(self)
 
 
+@cache
+def _matrix(size: int) -> np.ndarray:
+    return np.random.default_rng(0).standard_normal((size, size), dtype=np.float32)
+
+
 def time_workload(size: int = PROBE_SIZE, repeat: int = PROBE_REPEAT) -> float:
-    """Median seconds of a `size` × `size` float32 matrix multiply on one thread."""
-    matrix = np.random.default_rng(0).standard_normal((size, size), dtype=np.float32)
+    """Median seconds of a `size` × `size` float32 matrix multiply on one thread (the median sets a cold first call aside)."""
+    matrix = _matrix(size)
     times = []
     with threadpool_limits(limits=1):
-        matrix @ matrix  # first touch of the BLAS library and the output buffer
         for _ in range(repeat):
             start = time.perf_counter()
             matrix @ matrix

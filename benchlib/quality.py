@@ -226,26 +226,29 @@ def probe_table(environments: list[dict[str, Any]]) -> pd.DataFrame:
     return table
 
 
-def probe_warnings(environments: list[dict[str, Any]]) -> list[str]:
-    """One sentence per machine and device whose speed probe varied by more than 10% (slowest / fastest - 1) over the run(s).
+def probe_variation(group: pd.DataFrame) -> tuple[float, pd.Series]:
+    """How much the machine's speed changed between environments: each environment's median probe
+    (a single probe carries the probe's own noise; the median of an environment's does not), and
+    their variation (slowest / fastest - 1)."""
+    medians = group.groupby("environment", sort=False)["seconds"].median()
+    return probe.variation(medians.tolist()), medians
 
-    And one naming the environments without a probe, when others have one.
-    """
+
+def probe_warnings(environments: list[dict[str, Any]]) -> list[str]:
+    """One sentence per machine and device whose environments' median speed probes differ by more than 10%
+    (slowest / fastest - 1), and one naming the environments without a probe, when others have one."""
     table = probe_table(environments).dropna(subset=["seconds"])
     warnings = []
     without = [name for env, name in zip(environments, _environment_names(environments)) if not env.get("probes")]
     if without and not table.empty:
         warnings.append(f"No speed probe was recorded for {_names(without)} (results from before it existed): whether the machine changed speed while it ran cannot be checked.")
     for (machine, device), group in table.groupby(["machine", "device"], sort=True):
-        change = probe.variation(group["seconds"].tolist())
+        change, medians = probe_variation(group)
         if change > PROBE_TOLERANCE:
-            slow, fast = group.loc[group["seconds"].idxmax()], group.loc[group["seconds"].idxmin()]
-            names = list(dict.fromkeys(group["environment"]))
-            carried = f"comparisons between {_names(names)} carry that change" if len(names) > 1 else f"the numbers of {names[0]} carry that change"
             warnings.append(
-                f"On {machine} ({device}) the speed probe varied by {100 * change:.0f}%, from {1000 * fast['seconds']:.1f} ms "
-                f"({fast['environment']}, {fast['label']}) to {1000 * slow['seconds']:.1f} ms ({slow['environment']}, {slow['label']}): "
-                f"the machine itself changed speed during the run, and {carried}."
+                f"On {machine} ({device}) the median speed probe differed by {100 * change:.0f}% between environments, "
+                f"from {1000 * medians.min():.1f} ms ({medians.idxmin()}) to {1000 * medians.max():.1f} ms ({medians.idxmax()}): "
+                f"the machine itself changed speed during the run, and comparisons between {_names(medians.index)} carry that change."
             )
     return warnings
 
@@ -265,7 +268,7 @@ def plot_probe(table: pd.DataFrame) -> plt.Figure:
         sns.lineplot(data=group, x="time", y="ms", hue="environment", palette=palette, marker="o", ax=ax)
         ax.set_ylim(0, max(float(group["ms"].max()), (1 + PROBE_TOLERANCE) * median) * 1.1)
         ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(ax.xaxis.get_major_locator()))
-        ax.set_title(f"{machine} ({device}): variation {100 * probe.variation(group['seconds'].tolist()):.0f}% (slowest / fastest - 1)", fontsize=10)
+        ax.set_title(f"{machine} ({device}): environments' medians vary {100 * probe_variation(group)[0]:.0f}% (slowest / fastest - 1)", fontsize=10)
         ax.set_xlabel("time (UTC)")
         ax.set_ylabel("probe time (ms)")
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
