@@ -23,12 +23,14 @@ from benchlib import status, summary  # noqa: E402
 
 
 def time_vs_sequence(rows: pd.DataFrame) -> Figure:
-    """Mean time per call against sequence length: one panel per model and batch size, one line per environment, log scales."""
-    ok = rows[rows["status"] == status.OK]
+    """Time per call (`time_s`: the median over rounds of each round's median) against sequence length:
+    one panel per model and batch size, one line per environment, log scales."""
+    ok = summary.prepare(rows)
+    ok = ok[ok["status"] == status.OK]
     if ok.empty:
         raise ValueError("rows: no ok cell to plot")
     grid = sns.relplot(
-        data=ok, x="sequence_length", y="mean_s", hue="environment", row="model", col="batch_size",
+        data=ok, x="sequence_length", y="time_s", hue="environment", row="model", col="batch_size",
         kind="line", marker="o", height=2.2, aspect=1.5, facet_kws={"sharey": "row", "margin_titles": True},
     )  # fmt: skip
     lengths = sorted(ok["sequence_length"].unique())
@@ -38,7 +40,7 @@ def time_vs_sequence(rows: pd.DataFrame) -> Figure:
         ax.xaxis.set_major_locator(FixedLocator(lengths))
         ax.xaxis.set_major_formatter(ScalarFormatter())
         ax.xaxis.set_minor_locator(NullLocator())
-    grid.set_axis_labels("sequence length (tokens)", "mean time per call (s)")
+    grid.set_axis_labels("sequence length (tokens)", "time per call (s)")
     grid.set_titles(row_template="{row_name}", col_template="batch size {col_name}")
     sns.move_legend(grid, "lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(4, ok["environment"].nunique()), frameon=False)
     grid.figure.suptitle("Inference time against sequence length (cells with status ok)", y=1.04)

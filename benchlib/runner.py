@@ -387,7 +387,7 @@ def run_environments(
 ) -> list[EnvironmentOutcome]:
     """Run every job, round after round (`round_schedule`); one that fails does not stop the others."""
     schedule = round_schedule(jobs)
-    rounds = max((job.params.rounds for job in jobs), default=1)
+    rounds = rounds_of(jobs)
     outcomes = []
     for index, job in enumerate(schedule, start=1):
         p = job.params
@@ -407,12 +407,16 @@ def run_environments(
     return outcomes
 
 
+def rounds_of(jobs: Sequence[EnvironmentJob]) -> int:
+    """How many rounds a run of `jobs` has: the most any of them asks for (0 without jobs)."""
+    return max((job.params.rounds for job in jobs), default=0)
+
+
 def round_schedule(jobs: Sequence[EnvironmentJob]) -> list[EnvironmentJob]:
     """Every job of every round, in the order they run: round after round, the environments' order rotated
     by one each round (A B C D, then B C D A, ...), so that slow drift of the machine falls on all alike."""
-    rounds = max((job.params.rounds for job in jobs), default=1)
-    schedule = []
-    for round_number in range(1, rounds + 1):
+    schedule: list[EnvironmentJob] = []
+    for round_number in range(1, rounds_of(jobs) + 1):
         shift = (round_number - 1) % len(jobs)
         schedule += [job.for_round(round_number) for job in [*jobs[shift:], *jobs[:shift]] if round_number <= job.params.rounds]
     return schedule

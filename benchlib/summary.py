@@ -144,8 +144,8 @@ def load_run(run_dir: str | os.PathLike[str]) -> pd.DataFrame:
     frames = [_environment_rows(env_dir, run_dir.name) for env_dir in environment_dirs(run_dir)]
     frames = [frame for frame in frames if not frame.empty]
     if not frames:
-        return _prepare(pd.DataFrame(columns=["environment", "framework", "mode", "device", "run", "machine", "status", "mean_s", *CELL_KEY]))
-    return _prepare(pd.concat(frames, ignore_index=True))
+        return prepare(pd.DataFrame(columns=["environment", "framework", "mode", "device", "run", "machine", "status", "mean_s", *CELL_KEY]))
+    return prepare(pd.concat(frames, ignore_index=True))
 
 
 def load_runs(run_dirs: Iterable[str | os.PathLike[str]]) -> pd.DataFrame:
@@ -171,8 +171,9 @@ def default_run_dirs(outputs: str | os.PathLike[str] | None = None) -> list[Path
     raise FileNotFoundError(f"run_dirs: no run with results under {outputs}; run `python -m benchlib run` or pass run folders")
 
 
-def _prepare(rows: pd.DataFrame) -> pd.DataFrame:
-    """`rows` with `device_type` (cpu, cuda) and `machine` filled in where missing, sizes as integers."""
+def prepare(rows: pd.DataFrame) -> pd.DataFrame:
+    """`rows` ready for the tables: `device_type` (cpu, cuda) and `machine` filled in where missing, sizes as
+    integers, and each cell's `time_s`, `values` and `disturbed` (from `collapse_rounds`, or from the row itself)."""
     rows = rows.copy()
     if "machine" not in rows:
         rows["machine"] = UNKNOWN_MACHINE
@@ -213,7 +214,7 @@ def _statuses(group: pd.DataFrame) -> pd.DataFrame:
 
 def status_counts(rows: pd.DataFrame) -> pd.DataFrame:
     """Per environment: device, machine, model scale, number of rows and of each status."""
-    rows = _prepare(rows)
+    rows = prepare(rows)
     keys = ["device_type", "machine", "environment", "framework", "mode"] + (["model_scale"] if "model_scale" in rows else [])
     counts = rows.groupby(keys, sort=False)["status"].value_counts().unstack(fill_value=0)
     present = [s for s in status.STATUSES if s in counts] + [s for s in counts if s not in status.STATUSES]
@@ -231,7 +232,7 @@ def framework_averages(rows: pd.DataFrame) -> pd.DataFrame:
     `naive_mean_s` each environment's mean over its own `ok` cells. `vs_baseline` is the
     environment's average over eager PyTorch's on the same cells, with its interval and verdict.
     """
-    rows = _prepare(rows)
+    rows = prepare(rows)
     records = []
     for device, machine, group in _groups(rows):
         statuses = _statuses(group)
@@ -282,7 +283,7 @@ def _interval_columns(estimate: RatioEstimate, disturbed: list[str]) -> dict[str
 
 def excluded_cells(rows: pd.DataFrame) -> pd.DataFrame:
     """The cells left out of the averages, with each non-`ok` status and its reason, one line per environment."""
-    rows = _prepare(rows)
+    rows = prepare(rows)
     records = []
     for device, machine, group in _groups(rows):
         statuses = _statuses(group)
@@ -311,7 +312,7 @@ def paired_cells(rows: pd.DataFrame, comparison: Comparison | str) -> pd.DataFra
     """Every cell of both sides of `comparison` on each device and machine, with `ratio` = other / base where both are `ok`."""
     if isinstance(comparison, str):
         comparison = COMPARISONS[comparison]
-    rows = _prepare(rows)
+    rows = prepare(rows)
     frames = []
     for device, machine, group in _groups(rows):
         for base_env in _environments_of(group, *comparison.base):
@@ -414,7 +415,7 @@ def xla_vs_function(rows: pd.DataFrame) -> pd.DataFrame:
 
 def distilled_pairs(rows: pd.DataFrame, pairs: Iterable[tuple[str, str]] = DISTILLED_PAIRS) -> pd.DataFrame:
     """Per cell shape of each environment: student time / teacher time where both are `ok`."""
-    rows = _prepare(rows)
+    rows = prepare(rows)
     frames = []
     for student, teacher in pairs:
         sides = [rows[rows["model"] == m].set_index(["device_type", "machine", "environment", "batch_size", "sequence_length"])[["status", "time_s", "values", "values_over", "disturbed"]] for m in (student, teacher)]
@@ -469,7 +470,7 @@ def spreadsheet(rows: pd.DataFrame, environment: str, digits: int | None = None)
 
     With `digits`, times are strings with that many significant digits (for display).
     """
-    env_rows = _prepare(rows[rows["environment"] == environment])
+    env_rows = prepare(rows[rows["environment"] == environment])
     if env_rows.empty:
         raise ValueError(f"environment: {environment!r} has no rows; the rows have: {', '.join(environments(rows))}")
     shapes = [shape_name(b, s) for b, s in sorted(set(zip(env_rows["batch_size"], env_rows["sequence_length"])))]
@@ -648,7 +649,7 @@ CLAIMS_COLUMNS: tuple[str, ...] = ("claim", "device", "machine", "measure", "val
 def claims_table(rows: pd.DataFrame, claims: dict[str, Any] | None = None) -> pd.DataFrame:
     """7. Each 2019 claim checked on each device and machine it applies to: `holds`, `does not hold`, `inconclusive` or `not checked`."""
     claims = claims or load_claims()
-    rows = _prepare(rows)
+    rows = prepare(rows)
     groups = list(_groups(rows))
     records = []
     for claim in claims["claims"]:
@@ -678,7 +679,7 @@ def missing_comparisons(rows: pd.DataFrame, table: str | None = None) -> list[st
 
     `table` keeps the sentences of one table: a key of COMPARISONS, `distilled_vs_teacher` or `devices`.
     """
-    rows = _prepare(rows)
+    rows = prepare(rows)
     if rows.empty:
         return ["These runs have no results yet: every table is left out."]
     found = [("devices", f"There is no {device} environment in these runs.") for device in ("cpu", "cuda") if device not in set(rows["device_type"])]

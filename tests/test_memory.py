@@ -104,3 +104,34 @@ def test_gpu_peak_uses_tensorflow_counters_reset_before_the_cell():
     """)
     assert result["during"] == [["reset", "GPU:0"]]
     assert result["after"] == [["reset", "GPU:0"], ["info", "GPU:0"]] and result["bytes"] == 5 * MIB
+
+
+def test_gpu_sync_waits_for_the_device_without_copying_the_output():
+    result = run_python("""
+        import json
+        import tensorflow as tf
+        from benchlib.backends import load_backend
+        calls = []
+        tf.config.list_physical_devices = lambda kind=None: ["fake GPU:0"] if kind == "GPU" else []
+        tf.config.experimental.set_memory_growth = lambda device, enable: None
+        tf.test.experimental.sync_devices = lambda: calls.append("sync_devices")
+
+        class Output:
+            def __getitem__(self, index):
+                calls.append("copied to the host")
+                raise AssertionError("the output was read")
+
+        load_backend("tensorflow", "function", "cuda:0").sync(Output())
+        load_backend("tensorflow", "function", "cpu").sync(Output())  # the CPU has nothing to wait for
+        print(json.dumps(calls))
+    """)
+    assert result == ["sync_devices"]
+
+
+def test_cuda_sync_waits_for_pytorch_s_device(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(str(device)))
+    PyTorchBackend(mode="eager", device="cuda").sync(object())
+    PyTorchBackend(mode="eager", device="cpu").sync(object())
+    assert calls == ["cuda"]
