@@ -26,6 +26,7 @@ class ModelSpec:
     tiny: dict[str, Any]
     inference_config: dict[str, Any] = field(default_factory=dict)
     unsupported: dict[str, str] = field(default_factory=dict)
+    family: str | None = None  # the FLOP formulas' family in data/flops.yaml
 
     def fits(self, sequence_length: int) -> bool:
         """Whether the study measures this sequence length for this model."""

@@ -11,7 +11,10 @@ from pathlib import Path
 
 from benchlib import status
 from benchlib.params import ParameterError
-from benchlib.runner import DEFAULT_ENVIRONMENTS, DEFAULT_GRID, DEFAULT_MAX_RESTARTS, PROJECT_ROOT, default_run_dir, format_duration, plan_run, run_environments
+from benchlib.runner import (
+    DEFAULT_ENVIRONMENTS, DEFAULT_GRID, DEFAULT_MAX_RESTARTS, PROJECT_ROOT, default_run_dir, format_duration, measure_machine_limits, plan_run,
+    run_environments,
+)  # fmt: skip
 
 USAGE_ERROR = 2
 
@@ -33,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--force", action="store_true", help="measure every cell again; earlier results are kept as results.<timestamp>.csv")
     run.add_argument("--max-restarts", type=int, default=DEFAULT_MAX_RESTARTS, metavar="N", help=f"restarts of an environment whose kernel died mid-cell (default: {DEFAULT_MAX_RESTARTS})")
     run.add_argument("--no-summary", action="store_true", help="do not render the summary after the environments")
+    run.add_argument("--no-limits", action="store_true", help="do not measure the machine's peak GEMM rate and memory bandwidth (machine_limits.json)")
     run.add_argument("--quiet", action="store_true", help="no progress bars")
 
     summary = commands.add_parser("summary", help="render the summary of one or more run folders")
@@ -72,6 +76,8 @@ def command_run(args: argparse.Namespace) -> int:
         return USAGE_ERROR
     print(f"run folder: {run_dir}", flush=True)
     start = time.perf_counter()
+    if not args.no_limits:
+        measure_machine_limits(jobs, report=lambda line: print(line, flush=True))
     outcomes = run_environments(
         jobs, progress=not args.quiet, report=lambda line: print(line, flush=True), max_restarts=args.max_restarts, force=args.force
     )

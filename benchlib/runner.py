@@ -36,6 +36,7 @@ from benchlib.results import RESULTS_FILE
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = PROJECT_ROOT / "notebooks" / "benchmark.ipynb"
+LIMITS_NOTEBOOK = PROJECT_ROOT / "notebooks" / "machine_limits.ipynb"
 PARAMETERS_DIR = PROJECT_ROOT / "parameters"
 OUTPUTS_DIR = PROJECT_ROOT / "outputs"
 EXECUTED_NOTEBOOK = "benchmark.ipynb"
@@ -420,6 +421,38 @@ def round_schedule(jobs: Sequence[EnvironmentJob]) -> list[EnvironmentJob]:
         shift = (round_number - 1) % len(jobs)
         schedule += [job.for_round(round_number) for job in [*jobs[shift:], *jobs[:shift]] if round_number <= job.params.rounds]
     return schedule
+
+
+def measure_machine_limits(jobs: Sequence[EnvironmentJob], notebook: Path = LIMITS_NOTEBOOK, report: Callable[[str], None] = print) -> None:
+    """The machine's limits (peak GEMM rate, memory bandwidth) for each device of the run, measured once per run:
+    `notebooks/machine_limits.ipynb` in a fresh kernel, with the thread count of the device's first environment,
+    into `<run>/machine_limits.json` (its record: `<run>/machine_limits.<device>.ipynb`). A failure is reported
+    and the run goes on; the summary then leaves the roofline out."""
+    import papermill
+
+    from benchlib.machine_limits import read_limits
+
+    first = {job.params.device: job for job in reversed(jobs)}
+    for device, job in reversed(first.items()):
+        run_dir = job.output_dir.parent
+        if read_limits(run_dir, device):
+            continue
+        start = time.perf_counter()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            papermill.execute_notebook(
+                str(notebook), str(run_dir / f"machine_limits.{device.replace(':', '-')}.ipynb"),
+                parameters={"device": device, "num_threads": job.params.num_threads, "output_dir": str(run_dir)},
+                cwd=str(notebook.parent), progress_bar=False, kernel_manager_class=kernel_manager_logging_to(run_dir / KERNEL_LOG),
+            )  # fmt: skip
+        except Exception as exc:  # the environments do not depend on it
+            report(f"machine limits ({device}): not measured ({_describe_failure(exc)}); the summary leaves the roofline out")
+            continue
+        limits = read_limits(run_dir, device) or {}
+        report(
+            f"machine limits ({device}): float32 peak {limits.get('float32_flops_per_s', 0) / 1e9:.0f} GFLOP/s, "
+            f"bandwidth {limits.get('bandwidth_bytes_per_s', 0) / 1e9:.1f} GB/s, in {format_duration(time.perf_counter() - start)}"
+        )
 
 
 def default_run_dir(now: datetime.datetime | None = None) -> Path:

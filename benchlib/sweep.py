@@ -15,6 +15,7 @@ from benchlib import status
 from benchlib.backends import Backend, load_backend
 from benchlib.catalogue import ModelSpec, get_model
 from benchlib.environment_info import describe_environment
+from benchlib.flops import analytic_flops
 from benchlib.interference import METHOD as INTERFERENCE_METHOD
 from benchlib.interference import InterferenceMeter, make_meter
 from benchlib.limits import apply_memory_limit, at_memory_limit
@@ -180,7 +181,8 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
         def emit(cell: Cell, state: str, measurement: Measurement | None = None, reason: str = "", attn_implementation: str = "") -> None:
             interference = measurement.interference if measurement else None
             disturbed = interference.disturbed(params.max_interference) if interference else ""
-            row = {**row_of(cell), "disturbed": disturbed, "attn_implementation": attn_implementation}
+            flops = analytic_flops(get_model(cell[0]), params.model_scale, cell[1], cell[2]) if measurement else ""
+            row = {**row_of(cell), "disturbed": disturbed, "attn_implementation": attn_implementation, "flops": flops}
             writer.append(make_row(row, state, measurement, reason))
             clear_in_flight(output_dir)
             bar.set_postfix_str(f"{cell[0]} {cell[1]}x{cell[2]} {state}{' disturbed' if disturbed else ''}")

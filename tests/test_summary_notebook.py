@@ -47,11 +47,21 @@ def test_summary_renders_html_tables_and_figures(smoke_run: Path, tmp_path: Path
     # two cells are unsupported in PyTorch: excluded from every average, and counted.
     assert set(averages["cells_used"]) == {17} and set(averages["cells_excluded"]) == {3}
     assert (averages["mean_s"] > 0).all()
-    assert {p.name for p in (run / "figures").iterdir()} == {"framework_averages.png", "tf_over_pt_heatmap.png", "time_vs_sequence.png", "peak_memory.png", "speed_probe.png"}
-    for name in ("pytorch_vs_tensorflow", "torchscript_vs_eager", "xla_vs_function", "distilled_vs_teacher", "claims_2019", "excluded_cells", "threads", "peak_memory_mib"):
+    assert {p.name for p in (run / "figures").iterdir()} == {
+        "framework_averages.png", "tf_over_pt_heatmap.png", "time_vs_sequence.png", "peak_memory.png", "speed_probe.png", "roofline.png",
+    }  # fmt: skip
+    for name in ("pytorch_vs_tensorflow", "torchscript_vs_eager", "xla_vs_function", "distilled_vs_teacher", "claims_2019", "excluded_cells", "threads",
+                 "peak_memory_mib", "fraction_of_peak", "efficiency_cells"):  # fmt: skip
         assert (run / "tables" / f"{name}.csv").is_file(), name
     spreadsheet = (run / "tables" / "spreadsheet_2019_cpu-tensorflow-xla.csv").read_text().splitlines()
     assert spreadsheet[0] == ",".join(COLUMNS_2019) and len(spreadsheet) == 11
+
+    # How close to the machine's limit: the runner measured the limits, the sweep counted each ok cell's FLOPs.
+    assert "of the measured float32 peak" in page and "Peak float32 matrix multiply" in page
+    cells = pd.read_csv(run / "tables" / "efficiency_cells.csv")
+    assert len(cells) == 17 * len(ENVIRONMENTS) and (cells["flops"] > 0).all() and (cells["fraction_of_peak"] > 0).all()
+    assert cells["achieved_flops_per_s"].tolist() == pytest.approx((cells["flops"] / cells["time_s"]).tolist())
+    assert set(pd.read_csv(run / "tables" / "fraction_of_peak.csv")["environment"]) == set(ENVIRONMENTS)
 
     executed = nbformat.read(run / "summary.ipynb", as_version=4)
     assert executed.metadata.papermill.parameters == {"run_dirs": [str(run)], "output_dir": str(run)}
