@@ -314,15 +314,6 @@ def read_limits(run_dir: str | Path, device: str | None = None) -> dict[str, Any
     return stored if device is None else stored.get(device)
 
 
-def measure_once(run_dir: str | Path, device: str = "cpu", num_threads: int | str | None = None) -> dict[str, Any]:
-    """The run's limits for `device`: read back when already stored (a rerun of the run), else measured and stored."""
-    limits = read_limits(run_dir, device)
-    if limits is None:
-        limits = measure_limits(device, num_threads)
-        write_limits(run_dir, limits)
-    return limits
-
-
 def limits_table(limits: dict[str, Any]) -> pd.DataFrame:
     """One row per figure (value, unit, how it was measured), with the ridge point float32 FLOP per byte."""
     float32, bfloat16, bandwidth = limits["float32_flops_per_s"], limits["bfloat16_flops_per_s"], limits["bandwidth_bytes_per_s"]

@@ -146,14 +146,6 @@ def test_write_and_read_round_trip_per_device(tmp_path):
     assert machine_limits.read_limits(run_dir, "cuda:1") is None
 
 
-def test_measure_once_measures_only_when_the_run_has_no_limits_for_the_device(tmp_path, monkeypatch):
-    measured = []
-    monkeypatch.setattr(machine_limits, "measure_limits", lambda device, num_threads: measured.append(device) or limits_for(device, 3e11))
-    assert machine_limits.measure_once(tmp_path, "cpu", "cores")["float32_flops_per_s"] == 3e11
-    assert machine_limits.measure_once(tmp_path, "cpu", "cores") == limits_for("cpu", 3e11)
-    assert measured == ["cpu"] and machine_limits.read_limits(tmp_path, "cpu") == limits_for("cpu", 3e11)
-
-
 def test_table_and_sentences(tmp_path):
     limits = limits_for("cpu", 1e11)
     table = machine_limits.limits_table(limits)
