@@ -1,4 +1,4 @@
-# make run   the default job: four CPU environments on the quick grid, then the summary
+# make run   the default job: six CPU environments on the quick grid, then the summary
 # make test  the test suite
 # make lab   JupyterLab on notebooks/, with a kernel that has the kit installed
 # Each creates .venv with python3 if it is missing and installs the kit into it (again only

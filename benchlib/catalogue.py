@@ -33,8 +33,13 @@ class ModelSpec:
         return self.max_sequence_length is None or sequence_length <= self.max_sequence_length
 
     def unsupported_reason(self, framework: str, mode: str) -> str | None:
-        """Why this model cannot run in `framework`/`mode`, or None when it can."""
-        return self.unsupported.get(f"{framework}/{mode}") or self.unsupported.get(framework)
+        """Why this model cannot run in `framework`/`mode`, or None when it can. The keys that apply
+        come from the backends' registry: `framework/mode`, `framework`, then the framework whose
+        model it starts from (an ONNX export of a PyTorch model fails where PyTorch does)."""
+        from benchlib.backends import backend_info
+
+        keys = backend_info(framework).unsupported_keys(mode)
+        return next((self.unsupported[key] for key in keys if key in self.unsupported), None)
 
     def config_values(self, scale: str = "full", **overrides: Any) -> dict[str, Any]:
         """The configuration values at `scale` ("full" or "tiny"), with `overrides` on top."""
@@ -53,11 +58,13 @@ class ModelSpec:
         return getattr(transformers, self.config_class)(**self.config_values(scale, **overrides))
 
     def model_class(self, framework: str) -> Any:
-        """The `transformers` model class for `framework` ("pytorch" or "tensorflow")."""
+        """The `transformers` model class that backend `framework` builds from (its registry entry's
+        `model_class`: the catalogue's pytorch_class or tensorflow_class)."""
         import transformers
 
-        name = {"pytorch": self.pytorch_class, "tensorflow": self.tensorflow_class}[framework]
-        return getattr(transformers, name)
+        from benchlib.backends import backend_info
+
+        return getattr(transformers, getattr(self, f"{backend_info(framework).model_class}_class"))
 
     def vocab_size(self, scale: str = "full") -> int:
         """Size of the vocabulary at `scale`: token ids are drawn below it."""

@@ -1,4 +1,4 @@
-"""`python -m benchlib`: run the benchmark (`run`), render a run's summary (`summary`), open the notebooks (`lab`)."""
+"""`python -m benchlib`: run the benchmark (`run`), render a run's summary (`summary`), compare two runs (`compare`), open the notebooks (`lab`)."""
 
 from __future__ import annotations
 
@@ -10,17 +10,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from benchlib import status
+from benchlib.compare import DEFAULT_ALPHA, DEFAULT_THRESHOLD, run_compare
 from benchlib.params import ParameterError
 from benchlib.runner import (
     DEFAULT_ENVIRONMENTS, DEFAULT_GRID, DEFAULT_MAX_RESTARTS, PROJECT_ROOT, default_run_dir, format_duration, measure_machine_limits, plan_run,
     run_environments,
 )  # fmt: skip
+from benchlib.stopping import stoppable
 
 USAGE_ERROR = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line: `run`, `summary` and `lab`."""
+    """The command line: `run`, `summary`, `compare` and `lab`."""
     parser = argparse.ArgumentParser(prog="benchlib", description="Transformer inference benchmarks driven by papermill.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -29,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--environments",
         default=",".join(DEFAULT_ENVIRONMENTS),
-        help="comma-separated environment names in parameters/environments/ or .yaml paths (default: the four CPU environments)",
+        help="a set of parameters/sets.yaml (default, study, today, ...; all: every environment for this machine's devices), "
+        "or comma-separated environment names in parameters/environments/ and .yaml paths (default: default)",
     )
     run.add_argument("--params", action="append", default=[], metavar="FILE", help="a .yaml file of parameter values set over the grid's and the environment's; repeatable, later files win")
     run.add_argument("--out", type=Path, help="the run folder (default: outputs/<timestamp>); a rerun on the same folder measures only the missing cells")
@@ -38,9 +41,21 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-summary", action="store_true", help="do not render the summary after the environments")
     run.add_argument("--no-limits", action="store_true", help="do not measure the machine's peak GEMM rate and memory bandwidth (machine_limits.json)")
     run.add_argument("--quiet", action="store_true", help="no progress bars")
+    run.add_argument(
+        "--cluster", metavar="ADDRESS",
+        help="run each environment as a task on the Dask cluster whose scheduler is at ADDRESS (tcp://HOST:PORT), "
+        "one per worker started with --resources benchmark=1; local:N starts N such workers on this machine",
+    )  # fmt: skip
 
     summary = commands.add_parser("summary", help="render the summary of one or more run folders")
     summary.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+
+    compare = commands.add_parser("compare", help="what got faster or slower from run A to run B (exit status 1 when an environment got slower)")
+    compare.add_argument("run_a", type=Path, metavar="RUN_A")
+    compare.add_argument("run_b", type=Path, metavar="RUN_B")
+    compare.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, help=f"the smallest change that counts, as a fraction (default: {DEFAULT_THRESHOLD})")
+    compare.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help=f"significance level of each cell's Mann-Whitney U test (default: {DEFAULT_ALPHA})")
+    compare.add_argument("--out", type=Path, help="the report folder (default: RUN_B/compare-<name of RUN_A>)")
 
     commands.add_parser("lab", help="start JupyterLab on notebooks/ (other arguments go to jupyter lab)")
     return parser
@@ -59,6 +74,7 @@ def render_summary(run_dirs: list[Path]) -> bool:
     return True
 
 
+@stoppable
 def command_run(args: argparse.Namespace) -> int:
     """Plan and validate every environment, run them in turn, then the summary."""
     run_dir: Path = args.out or default_run_dir()
@@ -69,6 +85,14 @@ def command_run(args: argparse.Namespace) -> int:
     if args.max_restarts < 0:
         print(f"--max-restarts: must be 0 or more, not {args.max_restarts}", file=sys.stderr)
         return USAGE_ERROR
+    if args.cluster:
+        from benchlib.cluster import ClusterError, parse_cluster_address, run_on_cluster
+
+        try:
+            parse_cluster_address(args.cluster)
+        except ClusterError as error:
+            print(error, file=sys.stderr)
+            return USAGE_ERROR
     try:
         jobs = plan_run(run_dir, args.grid, environments, args.params)
     except ParameterError as error:
@@ -76,11 +100,21 @@ def command_run(args: argparse.Namespace) -> int:
         return USAGE_ERROR
     print(f"run folder: {run_dir}", flush=True)
     start = time.perf_counter()
-    if not args.no_limits:
-        measure_machine_limits(jobs, report=lambda line: print(line, flush=True))
-    outcomes = run_environments(
-        jobs, progress=not args.quiet, report=lambda line: print(line, flush=True), max_restarts=args.max_restarts, force=args.force
-    )
+    if args.cluster:
+        try:
+            outcomes = run_on_cluster(
+                args.cluster, jobs, limits=not args.no_limits, progress=not args.quiet, report=lambda line: print(line, flush=True),
+                max_restarts=args.max_restarts, force=args.force,
+            )  # fmt: skip
+        except ClusterError as error:
+            print(error, file=sys.stderr)
+            return USAGE_ERROR
+    else:
+        if not args.no_limits:
+            measure_machine_limits(jobs, report=lambda line: print(line, flush=True))
+        outcomes = run_environments(
+            jobs, progress=not args.quiet, report=lambda line: print(line, flush=True), max_restarts=args.max_restarts, force=args.force
+        )
     failed = [outcome.name for outcome in outcomes if not outcome.succeeded]
     print(f"{len(outcomes) - len(failed)} of {len(outcomes)} environments succeeded in {format_duration(time.perf_counter() - start)}", flush=True)
     if failed:
@@ -120,4 +154,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return command_lab(extra)
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command == "compare":
+        return run_compare(args.run_a, args.run_b, args.threshold, args.alpha, args.out)
     return command_run(args) if args.command == "run" else command_summary(args)

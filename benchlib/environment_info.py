@@ -56,8 +56,14 @@ def git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
-def describe_environment(parameters: dict[str, Any], backend_settings: dict[str, Any], backend_versions: dict[str, str]) -> dict[str, Any]:
-    """Everything needed to trace a result to its parameters, machine and software."""
+def describe_environment(
+    parameters: dict[str, Any], backend_settings: dict[str, Any], backend_versions: dict[str, str], distributions: dict[str, str | None] | None = None
+) -> dict[str, Any]:
+    """Everything needed to trace a result to its parameters, machine and software.
+
+    `distributions` are the installed versions of what the backend declares (its registry entry),
+    `backend_versions` what the framework itself reports (CUDA, cuDNN, ...).
+    """
     memory = psutil.virtual_memory()
     return {
         "parameters": parameters,
@@ -76,10 +82,8 @@ def describe_environment(parameters: dict[str, Any], backend_settings: dict[str,
             "python": platform.python_version(),
             "benchlib": benchlib.__version__,
             "benchlib_commit": git_commit(),
-            "torch": package_version("torch"),
-            "tensorflow": package_version("tensorflow"),
-            "tf_keras": package_version("tf-keras"),
             "transformers": package_version("transformers"),
+            **{name.replace("-", "_"): version for name, version in (distributions or {}).items()},
             "numpy": package_version("numpy"),
             **{f"backend_{key}": value for key, value in backend_versions.items()},
         },

@@ -7,21 +7,25 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, ValidationInfo, field_validator
 
-from benchlib.backends import BACKENDS, modes
+from benchlib.backends import PRECISIONS, backend_info, frameworks, modes
 from benchlib.catalogue import MODEL_SCALES, load_catalogue
 
 DEVICE_PATTERN = r"cpu|cuda(:\d+)?"
 
 
 class BenchmarkParams(BaseModel):
-    """Environment (framework, mode, device, threads) and grid (models, sizes, timing) of one run."""
+    """Environment (framework, mode, precision, device, threads, the backend's options) and grid
+    (models, sizes, timing) of one run. Frameworks, their modes, precisions, devices and options
+    come from the backends' registry."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     environment: str = Field(min_length=1)
-    framework: Literal["pytorch", "tensorflow"]
+    framework: str
     mode: str
+    precision: str = "float32"
     device: str = "cpu"
+    options: dict[str, Any] = Field(default_factory=dict, validate_default=True)
     num_threads: int | Literal["cores"] | None = None
     num_interop_threads: StrictInt | None = Field(default=None, ge=1)
     models: list[str] = Field(min_length=1)
@@ -75,10 +79,20 @@ class BenchmarkParams(BaseModel):
 
     @field_validator("device")
     @classmethod
-    def _device(cls, device: str) -> str:
+    def _device(cls, device: str, info: ValidationInfo) -> str:
         if not re.fullmatch(DEVICE_PATTERN, device):
             raise ValueError(f"must be cpu, cuda or cuda:N, not {device!r}")
+        framework = info.data.get("framework")
+        if framework and device.split(":")[0] not in backend_info(framework).devices:
+            raise ValueError(f"{framework} runs on {' or '.join(backend_info(framework).devices)} here, not {device!r}")
         return device
+
+    @field_validator("framework")
+    @classmethod
+    def _registered(cls, framework: str) -> str:
+        if framework not in frameworks():
+            raise ValueError(f"must be one of {', '.join(frameworks())}, not {framework!r}")
+        return framework
 
     @field_validator("mode")
     @classmethod
@@ -88,6 +102,27 @@ class BenchmarkParams(BaseModel):
             raise ValueError(f"mode for {framework} must be one of {', '.join(modes(framework))}, not {mode!r}")
         return mode
 
+    @field_validator("precision")
+    @classmethod
+    def _precision_of_framework(cls, precision: str, info: ValidationInfo) -> str:
+        framework = info.data.get("framework")
+        allowed = backend_info(framework).precisions if framework else PRECISIONS
+        if precision not in allowed:
+            raise ValueError(f"precision for {framework or 'any framework'} must be one of {', '.join(allowed)}, not {precision!r}")
+        return precision
+
+    @field_validator("options")
+    @classmethod
+    def _options_of_framework(cls, options: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """The backend's options model checks them; they are kept with its defaults filled in."""
+        framework = info.data.get("framework")
+        if not framework:
+            return options
+        try:
+            return backend_info(framework).options(**options).model_dump()
+        except ValidationError as error:
+            problems = "; ".join(f"{'.'.join(map(str, p['loc'])) or framework}: {p['msg']}" for p in error.errors())
+            raise ValueError(f"for {framework}: {problems}") from None
 
     @field_validator("current_round")
     @classmethod
@@ -110,8 +145,6 @@ def format_validation_error(error: ValidationError, source: str = "parameters") 
         message = problem["msg"].removeprefix("Value error, ")
         if problem["type"] == "extra_forbidden":
             message = f"unknown parameter; allowed: {', '.join(BenchmarkParams.model_fields)}"
-        elif problem["type"] == "literal_error" and field == "framework":
-            message = f"must be one of {', '.join(BACKENDS)}"
         elif problem["type"] == "literal_error" and field == "model_scale":
             message = f"must be one of {', '.join(MODEL_SCALES)}"
         lines.append(f"{source}: {field}: {message}")

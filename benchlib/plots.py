@@ -15,11 +15,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
-from matplotlib.colors import LogNorm  # noqa: E402
+from matplotlib.colors import ListedColormap, LogNorm  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter  # noqa: E402
 
-from benchlib import status, summary  # noqa: E402
+from benchlib import significance, status, summary  # noqa: E402
 
 
 def time_vs_sequence(rows: pd.DataFrame) -> Figure:
@@ -103,6 +104,51 @@ def averages_bars(averages: pd.DataFrame) -> Figure:
         ax.set_xlabel("environment")
         ax.set_ylabel("mean time per call (s)")
         ax.legend(title="averaged over", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    plt.close(figure)
+    return figure
+
+
+def _margin_label(margin: float, verdict: str) -> str:
+    """A fastest cell's text: its margin over the runner-up, in parentheses where it is not clear; `only` without a runner-up."""
+    if pd.isna(margin):
+        return "only"
+    return f"{margin:.2f}x" if verdict == significance.FASTER else f"({margin:.2f}x)"
+
+
+def fastest_heatmap(fastest: pd.DataFrame) -> Figure:
+    """The fastest environment per model and shape (from `speedups.fastest`), one panel per device and machine:
+    colour = the environment, text = its margin over the runner-up (in parentheses where the margin is not clear)."""
+    won = fastest[fastest["fastest"].fillna("") != ""]
+    if won.empty:
+        raise ValueError("fastest: no cell is ok in any environment")
+    winners = list(dict.fromkeys(won["fastest"]))
+    palette = sns.color_palette("tab10" if len(winners) <= 10 else "husl", len(winners))
+    shapes = [summary.shape_name(b, s) for b, s in sorted(set(zip(fastest["batch_size"], fastest["sequence_length"])))]
+    models = list(dict.fromkeys(fastest["model"]))
+    groups = list(fastest.groupby(["device", "machine"], sort=False))
+    figure = plt.figure(figsize=(4.5 + 0.9 * len(shapes), (1.5 + 0.45 * len(models)) * len(groups)), layout="constrained")
+    for ax, ((device, machine), group) in zip(figure.subplots(len(groups), 1, squeeze=False)[:, 0], groups):
+        cells = group.assign(
+            shape=[summary.shape_name(b, s) for b, s in zip(group["batch_size"], group["sequence_length"])],
+            code=group["fastest"].map({env: i for i, env in enumerate(winners)}),
+            label=[_margin_label(m, v) if env else "none ok" for m, v, env in zip(group["margin"], group["verdict"], group["fastest"].fillna(""))],
+        )  # fmt: skip
+        table = cells.pivot(index="model", columns="shape", values=["code", "label"])
+        table = table.reindex(index=[m for m in models if m in set(cells["model"])], columns=shapes, level=1)
+        sns.heatmap(
+            table["code"].astype(float), annot=table["label"].to_numpy(), fmt="", ax=ax, cbar=False, linewidths=0.5,
+            cmap=ListedColormap(palette), vmin=-0.5, vmax=len(winners) - 0.5, annot_kws={"fontsize": 7},
+        )  # fmt: skip
+        ax.set_facecolor("0.9")
+        for (i, j), label in np.ndenumerate(table["label"].to_numpy()):
+            if pd.isna(table["code"].iloc[i, j]):  # seaborn leaves masked cells blank
+                ax.text(j + 0.5, i + 0.5, label if isinstance(label, str) else summary.NOT_MEASURED, ha="center", va="center", fontsize=6, color="0.3")
+        present = [env for env in winners if env in set(cells["fastest"])]
+        ax.legend(handles=[Patch(color=palette[winners.index(env)], label=env) for env in present], title="fastest environment",
+                  fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # fmt: skip
+        ax.set_title(f"The fastest environment per model and shape on {device} ({machine})\ntext: its margin over the runner-up (time ratio); in parentheses: not clear")
+        ax.set_xlabel("shape (batch size x sequence length)")
+        ax.set_ylabel("model")
     plt.close(figure)
     return figure
 

@@ -196,8 +196,9 @@ def interference_notes(rows: pd.DataFrame, environments: list[dict[str, Any]]) -
     return notes
 
 
-PROBE_COLUMNS = ["run", "environment", "machine", "device", "label", "time", "seconds", "workload"]
+PROBE_COLUMNS = ["run", "environment", "machine", "device", "label", "time", "seconds", "workload", "host", "description"]
 PROBE_TOLERANCE = 0.10  # the probe's variation on one machine above which the summary warns
+SPEED_TOLERANCE = 0.05  # the difference in speed between two machines of one type above which the summary warns
 
 
 def _environment_names(environments: list[dict[str, Any]]) -> list[str]:
@@ -209,8 +210,65 @@ def _environment_names(environments: list[dict[str, Any]]) -> list[str]:
     return [f"{name}@{run}" if len(runs[name]) > 1 else name for name, run in names]
 
 
+def machine_description(environment: dict[str, Any]) -> str:
+    """What makes two machines the same type: CPU model, cores, memory and GPUs ("AMD EPYC, 2 cores, 24 GiB, no GPU")."""
+    machine = environment.get("machine") or {}
+    cores, memory = machine.get("affinity_cores") or machine.get("logical_cores"), machine.get("memory_bytes")
+    gpus = ", ".join(" ".join(str(gpu.get(key)) for key in ("name", "memory") if gpu.get(key)) for gpu in machine.get("gpus") or [])
+    parts = [" ".join(str(machine.get("cpu") or "unknown CPU").split()), cores and f"{cores} cores", memory and f"{memory / 2**30:.0f} GiB", gpus or "no GPU"]
+    return ", ".join(str(part) for part in parts if part)
+
+
+def machine_table(environments: list[dict[str, Any]]) -> pd.DataFrame:
+    """One row per environment: run, environment, device, machine (as the summary groups it), description (`machine_description`), host."""
+    records = [
+        {
+            "run": Path(env.get("run") or "").name, "environment": name, "device": (device := env.get("parameters", {}).get("device") or "cpu"),
+            "machine": machine_label(env, device), "description": machine_description(env), "host": (env.get("machine") or {}).get("hostname") or "",
+        }  # fmt: skip
+        for env, name in zip(environments, _environment_names(environments))
+    ]
+    return pd.DataFrame(records, columns=["run", "environment", "device", "machine", "description", "host"])
+
+
+def machine_warnings(environments: list[dict[str, Any]]) -> list[str]:
+    """One sentence per machine and device of the summary whose environments ran on machines of different types
+    (CPU model, cores, memory, GPUs: `machine_description`), as on a cluster whose workers differ."""
+    warnings = []
+    for (machine, device), group in machine_table(environments).groupby(["machine", "device"], sort=True):
+        types = group.groupby("description", sort=True)["environment"].agg(list)
+        if len(types) > 1:
+            warnings.append(
+                f"On {machine} ({device}) the environments compared ran on machines of different types "
+                f"({'; '.join(f'{description}: {_names(names)}' for description, names in types.items())}): "
+                "their times differ by machine as well as by environment; run them on machines of one type to compare them."
+            )
+    return warnings
+
+
+def machine_speed_warnings(environments: list[dict[str, Any]]) -> list[str]:
+    """One sentence per machine type whose machines (hosts) differ in speed by more than 5%: each host's median speed
+    probe over every environment it ran, slowest / fastest - 1."""
+    table = probe_table(environments).dropna(subset=["seconds"])
+    warnings = []
+    for description, group in table.groupby("description", sort=True):
+        medians = group.groupby("host", sort=True)["seconds"].median()
+        change = probe.variation(medians.tolist())
+        if change > SPEED_TOLERANCE:
+            hosts = "; ".join(
+                f"{host or 'unknown host'} {1000 * seconds:.1f} ms ({_names(dict.fromkeys(group.loc[group['host'] == host, 'environment']))})"
+                for host, seconds in medians.items()
+            )
+            warnings.append(
+                f"Machines of one type ({description}) differ in speed by {100 * change:.0f}% (median speed probe per machine: {hosts}): "
+                "comparisons between environments measured on different machines carry that difference."
+            )
+    return warnings
+
+
 def probe_table(environments: list[dict[str, Any]]) -> pd.DataFrame:
-    """One row per speed probe (`probes` of environment.json): run, environment, machine, device, label, time (UTC), seconds, workload."""
+    """One row per speed probe (`probes` of environment.json): run, environment, machine, device, label, time (UTC), seconds,
+    workload, host (the probe's own `hostname`, or its environment's) and the machine's `description`."""
     records = []
     for env, name in zip(environments, _environment_names(environments)):
         device = env.get("parameters", {}).get("device") or "cpu"
@@ -219,6 +277,7 @@ def probe_table(environments: list[dict[str, Any]]) -> pd.DataFrame:
                 "run": Path(env.get("run") or "").name, "environment": name,
                 "machine": machine_label(env, device), "device": device, "label": record.get("label"),
                 "time": record.get("time"), "seconds": record.get("seconds"), "workload": env.get("probe_workload"),
+                "host": record.get("hostname") or (env.get("machine") or {}).get("hostname") or "", "description": machine_description(env),
             })  # fmt: skip
     table = pd.DataFrame(records, columns=PROBE_COLUMNS)
     table["time"] = pd.to_datetime(table["time"], utc=True, format="ISO8601")
@@ -235,22 +294,25 @@ def probe_variation(group: pd.DataFrame) -> tuple[float, pd.Series]:
 
 
 def probe_warnings(environments: list[dict[str, Any]]) -> list[str]:
-    """One sentence per machine and device whose environments' median speed probes differ by more than 10%
-    (slowest / fastest - 1), and one naming the environments without a probe, when others have one."""
+    """One sentence per machine (host) and device whose environments' median speed probes differ by more than 10%
+    (slowest / fastest - 1), and one naming the environments without a probe, when others have one; then the
+    warnings on machines of different types (`machine_warnings`) and on machines of one type that differ in speed
+    (`machine_speed_warnings`), as when the environments ran on several workers of a cluster."""
     table = probe_table(environments).dropna(subset=["seconds"])
     warnings = []
     without = [name for env, name in zip(environments, _environment_names(environments)) if not env.get("probes")]
     if without and not table.empty:
         warnings.append(f"No speed probe was recorded for {_names(without)} (results from before it existed): whether the machine changed speed while it ran cannot be checked.")
-    for (machine, device), group in table.groupby(["machine", "device"], sort=True):
+    hosts = table.groupby(["machine", "device"])["host"].nunique()
+    for (machine, device, host), group in table.groupby(["machine", "device", "host"], sort=True):
         change, medians = probe_variation(group)
         if change > PROBE_TOLERANCE:
             warnings.append(
-                f"On {machine} ({device}) the median speed probe differed by {100 * change:.0f}% between environments, "
+                f"On {machine} ({device}{f', host {host}' if hosts[machine, device] > 1 else ''}) the median speed probe differed by {100 * change:.0f}% between environments, "
                 f"from {1000 * medians.min():.1f} ms ({medians.idxmin()}) to {1000 * medians.max():.1f} ms ({medians.idxmax()}): "
                 f"the machine itself changed speed during the run, and comparisons between {_names(medians.index)} carry that change."
             )
-    return warnings
+    return [*warnings, *machine_warnings(environments), *machine_speed_warnings(environments)]
 
 
 def plot_probe(table: pd.DataFrame) -> plt.Figure:

@@ -9,12 +9,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from benchlib import status
 from benchlib.limits import GIB, NEAR_LIMIT
-from benchlib.results import RESULTS_FILE, ResultsWriter, make_row
+from benchlib.results import RESULTS_FILE, ResultsWriter, make_row, read_results
 
 IN_FLIGHT_FILE = "in_flight.json"
 CUTOFF_FILE = "results.cutoff.txt"
+RUNNER_PID_ENV = "BENCHLIB_RUNNER_PID"  # set by `benchlib run` in the environment of the kernels it starts
 
 
 def _now() -> str:
@@ -22,11 +25,13 @@ def _now() -> str:
 
 
 def mark_in_flight(output_dir: Path, cell: dict[str, Any]) -> None:
-    """Record, durably, that `cell` (environment fields, model and shape) is being measured."""
+    """Record, durably, that `cell` (environment fields, model and shape) is being measured, by this process
+    and, in a kernel that `benchlib run` started, for which runner (`runner_pid`)."""
     path = Path(output_dir) / IN_FLIGHT_FILE
     temporary = path.with_suffix(".tmp")
+    runner = {"runner_pid": int(pid)} if (pid := os.environ.get(RUNNER_PID_ENV)) else {}
     with open(temporary, "w", encoding="utf-8") as file:
-        json.dump({**cell, "started": _now(), "pid": os.getpid()}, file)
+        json.dump({**cell, "started": _now(), "pid": os.getpid(), **runner}, file)
         file.flush()
         os.fsync(file.fileno())
     os.replace(temporary, path)
@@ -73,15 +78,50 @@ def crash_verdict(end: KernelEnd, memory_limit_gb: float | None) -> tuple[str, s
 
 
 def record_crash(output_dir: Path, reason: str, state: str = status.CRASHED) -> dict[str, Any] | None:
-    """Write a row (`crashed`, or `state`) for the cell in flight (if any) and clear the marker; return that cell."""
+    """Write a row (`crashed`, or `state`) for the cell in flight (if any) and clear the marker; return that cell.
+
+    A cell whose row was written just before its process stopped (between the row and clearing the
+    marker) keeps that row and gets no second one; None is returned then.
+    """
     cell = read_in_flight(output_dir)
     if cell is None:
         return None
     repair_results(Path(output_dir) / RESULTS_FILE)
+    if _has_row(Path(output_dir) / RESULTS_FILE, cell):
+        clear_in_flight(output_dir)
+        return None
     with ResultsWriter(output_dir) as writer:
         writer.append(make_row(cell, state, reason=f"{reason} (measuring since {cell.get('started', '?')})"))
     clear_in_flight(output_dir)
     return cell
+
+
+def _has_row(path: Path, cell: dict[str, Any]) -> bool:
+    """Whether `path` already holds a row for `cell`'s model, shape, round and attempt."""
+    if not path.exists() or path.stat().st_size == 0:
+        return False
+    rows = read_results(path, every_attempt=True)
+    key = {"model": cell.get("model"), "batch_size": cell.get("batch_size"), "sequence_length": cell.get("sequence_length"),
+           "round": cell.get("round", 1), "attempt": cell.get("attempt", 1)}  # fmt: skip
+    attempts = pd.to_numeric(rows["attempt"], errors="coerce").fillna(1)
+    match = (rows["model"] == key["model"]) & (rows["batch_size"] == key["batch_size"]) & (rows["sequence_length"] == key["sequence_length"])
+    return bool((match & (rows["round"] == key["round"]) & (attempts == key["attempt"])).any())
+
+
+def resolve_in_flight(output_dir: Path) -> None:
+    """On resuming, settle the cell left in flight by a process that stopped before writing its row.
+
+    A runner (`benchlib run`, or a Dask worker running its environment) records how its kernel ended
+    (`crashed`, `oom`) before another kernel writes into the folder; a cell that one of its kernels left
+    in flight therefore means that the runner was stopped too (killed, SIGTERM, a closed session, a lost
+    machine) and took its kernel with it. The cell was not at fault: it is measured again (a cell that
+    brought the whole machine down would be tried again by each rerun). A cell left by any other kernel
+    (papermill alone, JupyterLab), whose end nobody recorded, gets a `crashed` row.
+    """
+    if (read_in_flight(output_dir) or {}).get("runner_pid"):
+        clear_in_flight(output_dir)
+    else:
+        record_crash(output_dir, "the process measuring this cell stopped before writing its row")
 
 
 def repair_results(path: Path) -> str | None:

@@ -62,8 +62,28 @@ def _display_notes(notes: list[str]) -> None:
         display(Markdown("\n".join(f"- {note}" for note in notes)))
 
 
+def _caption_value(value: object) -> str:
+    """A value for a table's caption: floats to 4 significant digits, `none` for a blank."""
+    if value is None or value == "" or (isinstance(value, float) and pd.isna(value)):
+        return "none"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def table_view(table: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """`table` as shown: its index turned into columns, and, on two rows or more, the columns that hold one value
+    on every row left out and named in the caption returned with it (`name: value · ...`)."""
+    shown = table.reset_index(drop=isinstance(table.index, pd.RangeIndex))
+    text = shown.astype(str)
+    constant = [column for column in shown.columns if text[column].nunique(dropna=False) == 1] if len(shown) > 1 else []
+    if len(constant) == len(shown.columns):
+        constant = []
+    caption = " · ".join(f"{column}: {_caption_value(shown[column].iloc[0])}" for column in constant)
+    return shown.drop(columns=constant), caption
+
+
 def show_table(table: pd.DataFrame, output_dir: str | os.PathLike[str], name: str, notes: list[str] | None = None, when_empty: str | None = None) -> None:
-    """In the notebook: save `table` as tables/<name>.csv and display it with `notes`.
+    """In the notebook: save `table` (every column) as tables/<name>.csv and display its `table_view`, without the
+    index and with the columns that hold one value in the caption, then `notes`.
 
     An empty table is left out: `when_empty` (else the notes, else a sentence saying so) is shown instead.
     """
@@ -74,8 +94,17 @@ def show_table(table: pd.DataFrame, output_dir: str | os.PathLike[str], name: st
         _display_notes([when_empty] if when_empty else notes or [f"These runs have nothing for this table ({name}): it is left out."])
         return
     save_table(table, output_dir, name)
-    display(table)
+    shown, caption = table_view(table)
+    floats = shown.select_dtypes("float").columns
+    display(shown.style.hide(axis="index").set_caption(caption).format(na_rep="").format("{:.4g}", subset=floats, na_rep=""))
     _display_notes(notes)
+
+
+def show_findings(sentences: list[str]) -> None:
+    """In the notebook: the findings, under a heading, as a list."""
+    from IPython.display import Markdown, display
+
+    display(Markdown("## Findings\n\n" + "\n".join(f"- {sentence}" for sentence in sentences)))
 
 
 def show_figure(figure: Figure, output_dir: str | os.PathLike[str], name: str) -> None:

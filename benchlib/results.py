@@ -25,7 +25,7 @@ COLUMNS: tuple[str, ...] = (
     "reason",
     "iqr_s", "ci95_low_s", "ci95_high_s", "noisy", "stop_reason", "peak_memory_bytes",
     "attempt", "interference", "disturbed", "probe_s", "warmup_calls", "prepare_s", "attn_implementation", "round",
-    "flops",
+    "flops", "precision", "max_abs_diff",
 )  # fmt: skip
 CELL_KEY: tuple[str, ...] = ("model", "batch_size", "sequence_length")
 # A cell measured in one round: rows of a file written before rounds existed are round 1.
@@ -60,6 +60,7 @@ def make_row(cell: dict[str, Any], state: str, measurement: Measurement | None =
             prepare_s=_number_or_blank(measurement.prepare_s),
             warmup_calls=measurement.warmup_calls,
             interference="" if measurement.interference is None else round(measurement.interference.fraction, 4),
+            max_abs_diff=_number_or_blank(measurement.max_abs_diff),
         )
     return row
 
@@ -122,6 +123,7 @@ def read_results(path: str | os.PathLike[str], every_attempt: bool = False) -> p
     extra = [column for column in frame.columns if column not in COLUMNS]
     frame = frame.reindex(columns=[*COLUMNS, *extra])
     frame["reason"] = frame["reason"].fillna("")
+    frame["precision"] = frame["precision"].astype(object).fillna("float32")  # files written before precisions existed
     frame["round"] = pd.to_numeric(frame["round"], errors="coerce").fillna(1).astype(int)
     frame["samples_s"] = [json.loads(s) if isinstance(s, str) and s else [] for s in frame["samples_s"]]
     return frame if every_attempt else kept_attempts(frame)

@@ -28,9 +28,10 @@ from pydantic import ValidationError
 from tqdm import tqdm
 
 from benchlib import status
+from benchlib.environment_info import gpus
 from benchlib.locking import FolderInUseError, environment_lock
 from benchlib.limits import process_memory
-from benchlib.recovery import IN_FLIGHT_FILE, KernelEnd, crash_verdict, record_crash, set_aside_results
+from benchlib.recovery import IN_FLIGHT_FILE, RUNNER_PID_ENV, KernelEnd, crash_verdict, record_crash, set_aside_results
 from benchlib.params import BenchmarkParams, ParameterError, format_validation_error
 from benchlib.results import RESULTS_FILE
 
@@ -43,7 +44,9 @@ EXECUTED_NOTEBOOK = "benchmark.ipynb"
 KERNEL_LOG = "kernel.log"
 DEFAULT_GRID = "quick"
 DEFAULT_MAX_RESTARTS = 3
-DEFAULT_ENVIRONMENTS: tuple[str, ...] = ("cpu-pytorch", "cpu-torchscript", "cpu-tensorflow", "cpu-tensorflow-xla")
+SETS_FILE = PARAMETERS_DIR / "sets.yaml"
+ALL_ENVIRONMENTS = "all"
+DEFAULT_ENVIRONMENTS: tuple[str, ...] = ("default",)  # a set of parameters/sets.yaml
 ENVIRONMENT_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 
 
@@ -90,6 +93,21 @@ def available(kind: str) -> list[str]:
     return sorted(path.stem for path in (PARAMETERS_DIR / kind).glob("*.yaml"))
 
 
+def environment_sets() -> dict[str, list[str]]:
+    """The named sets of environments: parameters/sets.yaml, and `all` (this machine's devices)."""
+    sets = {name: list(members) for name, members in load_parameter_file(SETS_FILE).items()}
+    devices = ("cpu", "gpu") if gpus() else ("cpu",)
+    sets[ALL_ENVIRONMENTS] = [name for name in available("environments") if name.split("-", 1)[0] in devices]
+    return sets
+
+
+def expand_environments(names: Iterable[str | Path]) -> list[str | Path]:
+    """`names` with each set's name replaced by its environments (in order, each once)."""
+    sets = environment_sets()
+    expanded = [member for name in names for member in (sets.get(str(name), [name]))]
+    return list(dict.fromkeys(expanded))
+
+
 def resolve_parameter_file(name: str | Path, kind: str | None = None) -> Path:
     """A YAML file given by path, or (with `kind`) by name in `parameters/<kind>/`."""
     path = Path(name)
@@ -99,7 +117,8 @@ def resolve_parameter_file(name: str | Path, kind: str | None = None) -> Path:
         return path
     shipped = PARAMETERS_DIR / kind / f"{name}.yaml"
     if not shipped.is_file():
-        raise ParameterError(f"{kind[:-1]} {name!r} not found; available: {', '.join(available(kind))} (or a path to a .yaml file)")
+        sets = f"; sets: {', '.join(environment_sets())}" if kind == "environments" else ""
+        raise ParameterError(f"{kind[:-1]} {name!r} not found; available: {', '.join(available(kind))}{sets} (or a path to a .yaml file)")
     return shipped
 
 
@@ -179,7 +198,7 @@ def plan_run(
 
     grid_file = resolved(grid, "grids")
     extra_files = [path for f in params_files if (path := resolved(f, None))]
-    env_files = [path for e in environments if (path := resolved(e, "environments"))]
+    env_files = [path for e in expand_environments(environments) if (path := resolved(e, "environments"))]
     jobs = []
     if grid_file and len(extra_files) == len(params_files):
         for env_file in env_files:
@@ -309,14 +328,23 @@ def kernel_manager_logging_to(path: Path, watch: KernelWatch | None = None) -> t
     """A kernel manager class whose kernels write their process's stdout and stderr to `path`.
 
     Framework start-up messages then stay out of the console and remain for a post-mortem.
-    With `watch`, the kernel's process is handed to it when the kernel starts.
+    With `watch`, the kernel's process is handed to it when the kernel starts. The kernel gets this
+    process's PID in RUNNER_PID_ENV, which marks its cells in flight as a runner's (`resolve_in_flight`).
+
+    A kernel ends with the process that started it, even one killed by SIGKILL: jupyter_client passes
+    that PID to the kernel (JPY_PARENT_PID), and ipykernel's ParentPollerUnix, a thread of the kernel,
+    polls its parent every second and exits once it has changed. That follows the process, not the
+    thread that started the kernel, so it holds as well for a Dask worker, which runs environments in
+    one of its threads; Linux's PR_SET_PDEATHSIG would kill the kernel when that thread ends, and would
+    need Popen's preexec_fn, which is unsafe in a process with threads. tests/test_runner_death.py
+    checks it, since the folder's lock (held by the kernel) depends on it.
     """
     from jupyter_client import AsyncKernelManager
 
     class LoggingKernelManager(AsyncKernelManager):
         async def start_kernel(self, **kw: Any) -> None:
             with open(path, "ab") as log:  # the kernel process keeps its own copy of the descriptor
-                await super().start_kernel(stdout=log, stderr=log, **kw)
+                await super().start_kernel(stdout=log, stderr=log, env={**os.environ, RUNNER_PID_ENV: str(os.getpid())}, **kw)
             if watch is not None:
                 watch.process = getattr(self.provisioner, "process", None)  # a local kernel's Popen
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 OK = "ok"
 TOO_LONG = "too_long"
 OOM = "oom"
@@ -11,28 +13,24 @@ CRASHED = "crashed"
 
 STATUSES: tuple[str, ...] = (OK, TOO_LONG, OOM, UNSUPPORTED, ERROR, CRASHED)
 
-# Exception class names (checked along the class hierarchy) that mean "out of memory",
-# so that neither framework has to be imported to recognise the other's errors.
-_OOM_CLASS_NAMES = {
-    "OutOfMemoryError",  # torch.cuda.OutOfMemoryError (and torch.OutOfMemoryError)
-    "ResourceExhaustedError",  # tf.errors.ResourceExhaustedError (CPU and GPU)
-}
-# Messages of plain RuntimeErrors raised by allocators.
-_OOM_MESSAGES = (
-    "can't allocate memory",  # PyTorch's CPU allocator (DefaultCPUAllocator)
-    "CUDA out of memory",
-    "out of memory",
-    "OOM when allocating",
-)
+
+class Unsupported(Exception):
+    """Raised by a backend for a model or setting it cannot run: the cell is `unsupported`, with this reason."""
 
 
-def is_out_of_memory(exc: BaseException) -> bool:
-    """True when `exc` is an out-of-memory failure from PyTorch, TensorFlow or Python."""
+def is_out_of_memory(exc: BaseException, class_names: Iterable[str] = (), messages: Iterable[str] = ()) -> bool:
+    """True when `exc` is a MemoryError, an exception whose class (along its hierarchy) is named in
+    `class_names`, or a RuntimeError whose message contains one of `messages` or "out of memory".
+
+    The names and messages come from the backends' registry (`backends.out_of_memory`), so that
+    no framework has to be imported to recognise its errors.
+    """
     if isinstance(exc, MemoryError):
         return True
-    if any(cls.__name__ in _OOM_CLASS_NAMES for cls in type(exc).__mro__):
+    names = set(class_names)
+    if any(cls.__name__ in names for cls in type(exc).__mro__):
         return True
-    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in _OOM_MESSAGES)
+    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in (*messages, "out of memory"))
 
 
 def describe(exc: BaseException) -> str:

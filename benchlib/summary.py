@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import math
 import operator
@@ -44,29 +45,74 @@ AVERAGES_COLUMNS: tuple[str, ...] = (
     "device", "machine", "environment", "framework", "mode", "mean_s", "cells_used", "cells_excluded", "naive_mean_s",
     "vs_baseline", "ci95_low", "ci95_high", "verdict", "disturbed_cells",
 )  # fmt: skip
-# What a framework average is compared with on its device and machine.
-AVERAGES_BASELINE: tuple[str, str] = ("pytorch", "eager")
 # Columns every comparison table carries: the ratio's interval, the verdict, what it rests on.
 INTERVAL_COLUMNS: tuple[str, ...] = ("ci95_low", "ci95_high", "verdict", "interval_over", "disturbed_cells")
 DISTILLED_PAIRS: tuple[tuple[str, str], ...] = (("distilbert-base-uncased", "bert-base-cased"), ("distilgpt2", "gpt2"))
+DEFAULT_PRECISION = "float32"  # what a row without a precision (from before the column existed) ran in
+
+
+@dataclass(frozen=True)
+class Selector:
+    """The environments of one way of running a model: a framework, a mode and a precision."""
+
+    framework: str
+    mode: str
+    precision: str = DEFAULT_PRECISION
+
+    def select(self, rows: pd.DataFrame) -> list[str]:
+        """The environments of `rows` (prepared) that this selector picks, in order of appearance."""
+        chosen = rows[(rows["framework"] == self.framework) & (rows["mode"] == self.mode) & (rows["precision"] == self.precision)]
+        return list(dict.fromkeys(chosen["environment"]))
+
+    def describe(self) -> str:
+        """`framework (mode)`, with the precision when it is not float32."""
+        extra = "" if self.precision == DEFAULT_PRECISION else f", {self.precision}"
+        return f"{self.framework} ({self.mode}{extra})"
+
+
+# Every environment is compared with this one on its device and machine (the framework averages, the speed-ups).
+BASELINE = Selector("pytorch", "eager")
+BASELINE_VERDICT = "baseline"  # the verdict column of the baseline's own row
+# The 2019 study's four ways: its averages and claims are over these environments only.
+STUDY: tuple[Selector, ...] = (BASELINE, Selector("pytorch", "torchscript"), Selector("tensorflow", "function"), Selector("tensorflow", "xla"))
+RATIO = "ratio"  # in `Comparison.statistics`: the geometric mean ratio, under the comparison's `ratio` name
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """Two (framework, mode) pairs compared cell by cell on one device and machine: other / base."""
+    """Two selectors compared cell by cell on one device and machine: other / base, per model and over all models.
+
+    Its table names the two environments' columns `base_label` and `other_label`, shows `statistics`
+    (of `comparison_summary`; RATIO is the geometric mean ratio, named `ratio`) and, with `invert`,
+    gives that ratio and its interval as base / other (a speed-up); the verdict stays the other's against the base.
+    """
 
     title: str
-    base: tuple[str, str]
-    other: tuple[str, str]
+    base: Selector
+    other: Selector
     base_label: str
     other_label: str
+    ratio: str
+    statistics: tuple[str, ...] = (RATIO,)
+    invert: bool = False
 
 
 COMPARISONS: dict[str, Comparison] = {
-    "pytorch_vs_tensorflow": Comparison("PyTorch against TensorFlow", ("pytorch", "eager"), ("tensorflow", "function"), "pytorch", "tensorflow"),
-    "torchscript_vs_eager": Comparison("TorchScript against eager PyTorch", ("pytorch", "eager"), ("pytorch", "torchscript"), "eager", "torchscript"),
-    "xla_vs_function": Comparison("XLA against tf.function", ("tensorflow", "function"), ("tensorflow", "xla"), "function", "xla"),
+    "pytorch_vs_tensorflow": Comparison("PyTorch against TensorFlow", BASELINE, Selector("tensorflow", "function"), "pytorch", "tensorflow", "tf_over_pt"),
+    "torchscript_vs_eager": Comparison("TorchScript against eager PyTorch", BASELINE, Selector("pytorch", "torchscript"), "eager", "torchscript",
+                                       "torchscript_over_eager", ("mean_change_pct", RATIO)),
+    "xla_vs_function": Comparison("XLA against tf.function", Selector("tensorflow", "function"), Selector("tensorflow", "xla"), "function", "xla",
+                                  "speedup", (RATIO, "largest_reduction_pct", "largest_reduction_shape"), invert=True),
 }  # fmt: skip
+
+
+def get_comparison(name: str | Comparison) -> Comparison:
+    """The comparison called `name` in COMPARISONS (a Comparison is returned as it is)."""
+    if isinstance(name, Comparison):
+        return name
+    if name not in COMPARISONS:
+        raise ValueError(f"comparison must be one of {', '.join(COMPARISONS)}, not {name!r}")
+    return COMPARISONS[name]
 
 
 # ---------------------------------------------------------------- loading runs
@@ -172,11 +218,15 @@ def default_run_dirs(outputs: str | os.PathLike[str] | None = None) -> list[Path
 
 
 def prepare(rows: pd.DataFrame) -> pd.DataFrame:
-    """`rows` ready for the tables: `device_type` (cpu, cuda) and `machine` filled in where missing, sizes as
-    integers, and each cell's `time_s`, `values` and `disturbed` (from `collapse_rounds`, or from the row itself)."""
+    """`rows` ready for the tables: `device_type` (cpu, cuda) and `machine` filled in where missing, `precision`
+    float32 where missing or blank, `max_abs_diff` a number (NaN where not compared), sizes as integers, and each
+    cell's `time_s`, `values` and `disturbed` (from `collapse_rounds`, or from the row itself)."""
     rows = rows.copy()
     if "machine" not in rows:
         rows["machine"] = UNKNOWN_MACHINE
+    precisions = rows["precision"] if "precision" in rows else [None] * len(rows)
+    rows["precision"] = [p if isinstance(p, str) and p else DEFAULT_PRECISION for p in precisions]
+    rows["max_abs_diff"] = pd.to_numeric(rows["max_abs_diff"], errors="coerce") if "max_abs_diff" in rows else math.nan
     rows["device_type"] = [str(d).split(":")[0] for d in rows["device"]]
     rows["mean_s"] = pd.to_numeric(rows["mean_s"], errors="coerce")
     if "time_s" not in rows:  # rows not loaded through `collapse_rounds` (hand-made ones)
@@ -225,7 +275,8 @@ def status_counts(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def framework_averages(rows: pd.DataFrame) -> pd.DataFrame:
-    """The study's average time per environment, over the cells `ok` in every environment of its device and machine.
+    """The study's average time per environment of its four ways (`STUDY`), over the cells `ok` in every
+    one of those environments on its device and machine; today's backends are in `speedups`.
 
     `cells_used` is the number of those cells, `cells_excluded` the number of the other cells
     seen on that device and machine (a non-`ok` status, or no row yet, in some environment), and
@@ -233,12 +284,13 @@ def framework_averages(rows: pd.DataFrame) -> pd.DataFrame:
     environment's average over eager PyTorch's on the same cells, with its interval and verdict.
     """
     rows = prepare(rows)
+    rows = rows[rows["environment"].isin([name for selector in STUDY for name in selector.select(rows)])]
     records = []
     for device, machine, group in _groups(rows):
         statuses = _statuses(group)
         common = statuses.index[(statuses == status.OK).all(axis=1)]
         by_env = {env: env_rows.set_index(list(CELL_KEY)) for env, env_rows in group.groupby("environment", sort=False)}
-        baseline = next(iter(_environments_of(group, *AVERAGES_BASELINE)), None)
+        baseline = next(iter(BASELINE.select(group)), None)
         for environment, env_rows in by_env.items():
             ok = env_rows[env_rows["status"] == status.OK]["time_s"]
             record = {
@@ -250,15 +302,15 @@ def framework_averages(rows: pd.DataFrame) -> pd.DataFrame:
             }  # fmt: skip
             if baseline is not None and environment != baseline and len(common):
                 base, other = by_env[baseline].loc[common], env_rows.loc[common]
-                estimate = _estimate(base, other, RATIO_OF_MEANS)
-                record.update(vs_baseline=estimate.ratio, **_interval_columns(estimate, _disturbed_labels(common, base, other, baseline, environment)))
+                estimate = ratio_estimate(base, other, RATIO_OF_MEANS)
+                record.update(vs_baseline=estimate.ratio, **interval_columns(estimate, _disturbed_labels(common, base, other, baseline, environment)))
             elif environment == baseline:
-                record.update(vs_baseline=1.0, verdict="baseline")
+                record.update(vs_baseline=1.0, verdict=BASELINE_VERDICT)
             records.append(record)
     return pd.DataFrame(records, columns=list(AVERAGES_COLUMNS))
 
 
-def _estimate(base: pd.DataFrame, other: pd.DataFrame, how: str) -> RatioEstimate:
+def ratio_estimate(base: pd.DataFrame, other: pd.DataFrame, how: str = GEOMEAN) -> RatioEstimate:
     """The ratio other / base over aligned cells (rows of the same cells in the same order), with its interval."""
     over = "rounds" if (base["values_over"] == "rounds").all() and (other["values_over"] == "rounds").all() else "samples"
     return significance.ratio_interval(list(base["values"]), list(other["values"]), how=how, over=over)
@@ -272,7 +324,7 @@ def _disturbed_labels(cells: Iterable[tuple[str, int, int]], base: pd.DataFrame,
     return labels
 
 
-def _interval_columns(estimate: RatioEstimate, disturbed: list[str]) -> dict[str, Any]:
+def interval_columns(estimate: RatioEstimate, disturbed: list[str]) -> dict[str, Any]:
     """The interval, the verdict (of the second environment against the first) and the disturbed cells behind it."""
     return {
         "ci95_low": estimate.low, "ci95_high": estimate.high,
@@ -284,6 +336,7 @@ def _interval_columns(estimate: RatioEstimate, disturbed: list[str]) -> dict[str
 def excluded_cells(rows: pd.DataFrame) -> pd.DataFrame:
     """The cells left out of the averages, with each non-`ok` status and its reason, one line per environment."""
     rows = prepare(rows)
+    rows = rows[rows["environment"].isin([name for selector in STUDY for name in selector.select(rows)])]
     records = []
     for device, machine, group in _groups(rows):
         statuses = _statuses(group)
@@ -303,39 +356,44 @@ def excluded_cells(rows: pd.DataFrame) -> pd.DataFrame:
 # ---------------------------------------------------------------- 2-4. paired comparisons
 
 
-def _environments_of(group: pd.DataFrame, framework: str, mode: str) -> list[str]:
-    chosen = group[(group["framework"] == framework) & (group["mode"] == mode)]
-    return list(dict.fromkeys(chosen["environment"]))
+PAIRED_COLUMNS: tuple[str, ...] = (
+    "device", "machine", "base_environment", "other_environment", *CELL_KEY, "shape",
+    "base_status", "other_status", "base_s", "other_s", "paired", "ratio", "base_values", "other_values",
+    "base_disturbed", "other_disturbed", "base_values_over", "other_values_over", "base_max_abs_diff", "other_max_abs_diff",
+)  # fmt: skip
+_SIDE_COLUMNS = ("status", "values", "disturbed", "values_over", "max_abs_diff")
+Pairs = Callable[[pd.DataFrame], Iterable[tuple[str, str]]]
 
 
-def paired_cells(rows: pd.DataFrame, comparison: Comparison | str) -> pd.DataFrame:
-    """Every cell of both sides of `comparison` on each device and machine, with `ratio` = other / base where both are `ok`."""
-    if isinstance(comparison, str):
-        comparison = COMPARISONS[comparison]
+def cells_of_pairs(rows: pd.DataFrame, pairs: Pairs) -> pd.DataFrame:
+    """Every cell of each (base, other) environment pair that `pairs` picks from a device and machine's rows,
+    with `ratio` = other / base where both are `ok`; columns PAIRED_COLUMNS."""
     rows = prepare(rows)
     frames = []
     for device, machine, group in _groups(rows):
-        for base_env in _environments_of(group, *comparison.base):
-            for other_env in _environments_of(group, *comparison.other):
-                sides = [group[group["environment"] == env].set_index(list(CELL_KEY))[["status", "time_s", "values", "values_over", "disturbed"]] for env in (base_env, other_env)]
-                order = list(dict.fromkeys([*sides[0].index, *sides[1].index]))
-                cells = sides[0].merge(sides[1], how="outer", left_index=True, right_index=True, suffixes=("_base", "_other")).reindex(order).reset_index()
-                cells[["status_base", "status_other"]] = cells[["status_base", "status_other"]].fillna(NOT_MEASURED)
-                frames.append(cells.assign(device=device, machine=machine, base_environment=base_env, other_environment=other_env))
-    columns = ["device", "machine", "base_environment", "other_environment", *CELL_KEY, "shape",
-               "base_status", "other_status", "base_s", "other_s", "paired", "ratio",
-               "base_values", "other_values", "base_disturbed", "other_disturbed", "base_values_over", "other_values_over"]  # fmt: skip
+        for base_env, other_env in pairs(group):
+            sides = [group[group["environment"] == env].set_index(list(CELL_KEY))[["time_s", *_SIDE_COLUMNS]] for env in (base_env, other_env)]
+            order = list(dict.fromkeys([*sides[0].index, *sides[1].index]))
+            cells = sides[0].merge(sides[1], how="outer", left_index=True, right_index=True, suffixes=("_base", "_other")).reindex(order).reset_index()
+            cells[["status_base", "status_other"]] = cells[["status_base", "status_other"]].fillna(NOT_MEASURED)
+            frames.append(cells.assign(device=device, machine=machine, base_environment=base_env, other_environment=other_env))
     if not frames:
-        return pd.DataFrame(columns=columns)
+        return pd.DataFrame(columns=list(PAIRED_COLUMNS))
     cells = pd.concat(frames, ignore_index=True)
-    cells = cells.rename(columns={f"{name}_{side}": f"{side}_{name}" for name in ("status", "values", "disturbed", "values_over") for side in ("base", "other")})
+    cells = cells.rename(columns={f"{name}_{side}": f"{side}_{name}" for name in _SIDE_COLUMNS for side in ("base", "other")})
     cells = cells.rename(columns={"time_s_base": "base_s", "time_s_other": "other_s"})
     cells["shape"] = [shape_name(b, s) for b, s in zip(cells["batch_size"], cells["sequence_length"])]
     cells["paired"] = (cells["base_status"] == status.OK) & (cells["other_status"] == status.OK)
     cells["ratio"] = (cells["other_s"] / cells["base_s"]).where(cells["paired"])
     for side in ("base", "other"):
         cells[f"{side}_disturbed"] = cells[f"{side}_disturbed"].fillna(False).astype(bool)
-    return cells[columns]
+    return cells[list(PAIRED_COLUMNS)]
+
+
+def paired_cells(rows: pd.DataFrame, comparison: Comparison | str) -> pd.DataFrame:
+    """Every cell of both sides of `comparison` on each device and machine, with `ratio` = other / base where both are `ok`."""
+    comparison = get_comparison(comparison)
+    return cells_of_pairs(rows, lambda group: itertools.product(comparison.base.select(group), comparison.other.select(group)))
 
 
 def geometric_mean(values: Iterable[float]) -> float:
@@ -351,7 +409,7 @@ def paired_estimate(paired: pd.DataFrame, how: str = GEOMEAN) -> tuple[RatioEsti
     disturbed = []
     for row in paired.itertuples():
         disturbed += [f"{env} {row.model} {row.shape}" for env, hit in ((row.base_environment, row.base_disturbed), (row.other_environment, row.other_disturbed)) if hit]
-    return _estimate(base, other, how), disturbed
+    return ratio_estimate(base, other, how), disturbed
 
 
 def _pair_statistics(cells: pd.DataFrame, label_model: bool) -> dict[str, Any]:
@@ -363,7 +421,7 @@ def _pair_statistics(cells: pd.DataFrame, label_model: bool) -> dict[str, Any]:
         "geomean_ratio": geometric_mean(ratios),
         "mean_change_pct": float((ratios - 1).mean() * 100) if len(paired) else math.nan,
         "largest_reduction_pct": math.nan, "largest_reduction_shape": "",
-        **_interval_columns(estimate, disturbed),
+        **interval_columns(estimate, disturbed),
     }  # fmt: skip
     if len(paired):
         best = paired.loc[ratios.idxmin()]
@@ -374,8 +432,7 @@ def _pair_statistics(cells: pd.DataFrame, label_model: bool) -> dict[str, Any]:
 
 def comparison_summary(rows: pd.DataFrame, comparison: Comparison | str) -> pd.DataFrame:
     """Per model and over all models (`all models`): paired cells, excluded cells and statistics of other / base."""
-    if isinstance(comparison, str):
-        comparison = COMPARISONS[comparison]
+    comparison = get_comparison(comparison)
     cells = paired_cells(rows, comparison)
     keys = ["device", "machine", "base_environment", "other_environment"]
     records = []
@@ -388,26 +445,32 @@ def comparison_summary(rows: pd.DataFrame, comparison: Comparison | str) -> pd.D
     return table.rename(columns={"base_environment": comparison.base_label, "other_environment": comparison.other_label})
 
 
+def comparison_table(rows: pd.DataFrame, comparison: Comparison | str) -> pd.DataFrame:
+    """A comparison's table as declared in COMPARISONS: its environments, cells, `statistics` and interval columns."""
+    comparison = get_comparison(comparison)
+    table = comparison_summary(rows, comparison).rename(columns={"geomean_ratio": comparison.ratio})
+    if comparison.invert:
+        table[comparison.ratio] = 1 / table[comparison.ratio]
+        table["ci95_low"], table["ci95_high"] = 1 / table["ci95_high"], 1 / table["ci95_low"]
+    shown = [comparison.ratio if name == RATIO else name for name in comparison.statistics]
+    return table[["device", "machine", comparison.base_label, comparison.other_label, "model", "cells", "cells_excluded", *shown, *INTERVAL_COLUMNS]]
+
+
 def pytorch_vs_tensorflow(rows: pd.DataFrame) -> pd.DataFrame:
     """2. Eager PyTorch against TensorFlow (tf.function): geometric mean of the per-cell ratio TF / PT, its interval and verdict (TensorFlow against PyTorch)."""
-    table = comparison_summary(rows, "pytorch_vs_tensorflow").rename(columns={"geomean_ratio": "tf_over_pt"})
-    return table[["device", "machine", "pytorch", "tensorflow", "model", "cells", "cells_excluded", "tf_over_pt", *INTERVAL_COLUMNS]]
+    return comparison_table(rows, "pytorch_vs_tensorflow")
 
 
 def torchscript_vs_eager(rows: pd.DataFrame) -> pd.DataFrame:
     """3. TorchScript against eager PyTorch: mean per-cell change in time (%; negative = TorchScript faster), the
     geometric mean ratio TorchScript / eager with its interval and verdict (TorchScript against eager)."""
-    table = comparison_summary(rows, "torchscript_vs_eager").rename(columns={"geomean_ratio": "torchscript_over_eager"})
-    return table[["device", "machine", "eager", "torchscript", "model", "cells", "cells_excluded", "mean_change_pct", "torchscript_over_eager", *INTERVAL_COLUMNS]]
+    return comparison_table(rows, "torchscript_vs_eager")
 
 
 def xla_vs_function(rows: pd.DataFrame) -> pd.DataFrame:
     """4. XLA against tf.function: speedup (geometric mean of function / XLA, its interval inverted to match) and the
     largest reduction in time, with its shape; the verdict is XLA's against tf.function."""
-    table = comparison_summary(rows, "xla_vs_function")
-    table.insert(table.columns.get_loc("geomean_ratio"), "speedup", 1 / table["geomean_ratio"])
-    table["ci95_low"], table["ci95_high"] = 1 / table["ci95_high"], 1 / table["ci95_low"]
-    return table[["device", "machine", "function", "xla", "model", "cells", "cells_excluded", "speedup", "largest_reduction_pct", "largest_reduction_shape", *INTERVAL_COLUMNS]]
+    return comparison_table(rows, "xla_vs_function")
 
 
 # ---------------------------------------------------------------- 5. distilled models
@@ -438,7 +501,7 @@ def distilled_estimate(paired: pd.DataFrame) -> tuple[RatioEstimate, list[str]]:
         f"{row.environment} {model} {shape_name(row.batch_size, row.sequence_length)}"
         for row in paired.itertuples() for model, hit in ((row.student, row.disturbed_student), (row.teacher, row.disturbed_teacher)) if hit
     ]  # fmt: skip
-    return _estimate(sides[0], sides[1], GEOMEAN), disturbed
+    return ratio_estimate(sides[0], sides[1], GEOMEAN), disturbed
 
 
 def distilled_vs_teacher(rows: pd.DataFrame) -> pd.DataFrame:
@@ -452,7 +515,7 @@ def distilled_vs_teacher(rows: pd.DataFrame) -> pd.DataFrame:
         estimate, disturbed = distilled_estimate(paired)
         records.append({
             **dict(zip(keys, key)), "cells": len(paired), "cells_excluded": int((~group["paired"]).sum()),
-            "student_over_teacher": geometric_mean(paired["ratio"]), **_interval_columns(estimate, disturbed),
+            "student_over_teacher": geometric_mean(paired["ratio"]), **interval_columns(estimate, disturbed),
         })  # fmt: skip
     return pd.DataFrame(records, columns=[*keys, "cells", "cells_excluded", "student_over_teacher", *INTERVAL_COLUMNS])
 
@@ -544,8 +607,8 @@ def _paired_or_why(group: pd.DataFrame, name: str) -> tuple[pd.DataFrame, str]:
     comparison = COMPARISONS[name]
     cells = paired_cells(group, comparison)
     for side in (comparison.base, comparison.other):
-        if not _environments_of(group, *side):
-            return cells.iloc[:0], f"no {side[0]} ({side[1]}) environment"
+        if not side.select(group):
+            return cells.iloc[:0], f"no {side.describe()} environment"
     if not cells["paired"].any():
         return cells.iloc[:0], f"no cell is ok in both {comparison.title.replace(' against ', ' and ')}"
     return cells, ""
@@ -686,7 +749,7 @@ def missing_comparisons(rows: pd.DataFrame, table: str | None = None) -> list[st
     for device, machine, group in _groups(rows):
         where = f"on {device} ({machine})"
         for name, comparison in COMPARISONS.items():
-            absent = [f"{framework} ({mode})" for framework, mode in (comparison.base, comparison.other) if not _environments_of(group, framework, mode)]
+            absent = [side.describe() for side in (comparison.base, comparison.other) if not side.select(group)]
             if absent:
                 found.append((name, f"No {' or '.join(absent)} environment {where}: {comparison.title} is left out there."))
         for student, teacher in DISTILLED_PAIRS:

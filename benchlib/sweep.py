@@ -12,7 +12,8 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from benchlib import status
-from benchlib.backends import Backend, load_backend
+from benchlib.backends import TOLERANCE, Backend, is_out_of_memory, load_backend, versions_of
+from benchlib.backends._export import EXPORTS_DIR
 from benchlib.catalogue import ModelSpec, get_model
 from benchlib.environment_info import describe_environment
 from benchlib.flops import analytic_flops
@@ -23,7 +24,7 @@ from benchlib.locking import environment_lock
 from benchlib.memory import CellPeakMemory
 from benchlib.params import BenchmarkParams, validate_params
 from benchlib.probe import PROBE_WORKLOAD, run_probe
-from benchlib.recovery import clear_in_flight, mark_in_flight, record_crash, repair_results
+from benchlib.recovery import clear_in_flight, mark_in_flight, repair_results, resolve_in_flight
 from benchlib.results import ENVIRONMENT_FILE, RESULTS_FILE, ResultsWriter, finished_cells, is_true, make_row, read_results, write_json
 from benchlib.timing import Measurement, TimingSpec, measure, prepare_and_call_once
 
@@ -54,15 +55,29 @@ def measure_cell(
             inputs = backend.make_inputs(spec.vocab_size(params.model_scale), batch_size, sequence_length, params.seed)
             call, prepare_s, first_call_s = prepare_and_call_once(lambda: backend.prepare(model, inputs), backend.sync)
             measurement = measure(call, timing_spec(params), backend.sync, first_call_s=first_call_s, prepare_s=prepare_s, meter=meter)
-        return status.OK, dataclasses.replace(measurement, peak_memory_bytes=peak.bytes), ""
+            diff = backend.max_abs_diff(model, inputs, call())
+        measurement = dataclasses.replace(measurement, peak_memory_bytes=peak.bytes)
     except Exception as exc:  # any failure ends this cell only
         return failure(exc, params, peak.bytes if backend.device == "cpu" else None)
+    state, reason = agreement(diff, params.precision)
+    return state, dataclasses.replace(measurement, max_abs_diff=diff), reason
+
+
+def agreement(max_abs_diff: float | None, precision: str) -> tuple[str, str]:
+    """(status, reason) of a measured cell whose output differs from eager PyTorch float32's by `max_abs_diff`:
+    an `error` beyond the precision's tolerance (a fast wrong answer is not a result), else `ok`."""
+    if max_abs_diff is None or max_abs_diff <= TOLERANCE[precision]:
+        return status.OK, ""
+    return status.ERROR, f"output differs from eager PyTorch float32 by {max_abs_diff:.3g}, beyond the {precision} tolerance of {TOLERANCE[precision]:g}"
 
 
 def failure(exc: Exception, params: BenchmarkParams, peak_resident: int | None = None) -> tuple[str, None, str]:
-    """(status, None, reason) of a failed cell: `oom` for an allocator's error, or for any error raised
-    while the process is at `memory_limit_gb` (TensorFlow reports some failed allocations under other names)."""
-    if status.is_out_of_memory(exc):
+    """(status, None, reason) of a failed cell: `unsupported` where the backend says it cannot run the model,
+    `oom` for an allocator's error, or for any error raised while the process is at `memory_limit_gb`
+    (TensorFlow reports some failed allocations under other names)."""
+    if isinstance(exc, status.Unsupported):
+        return status.UNSUPPORTED, None, str(exc)
+    if is_out_of_memory(exc):
         return status.OOM, None, status.describe(exc)
     why = at_memory_limit(params.memory_limit_gb, peak_resident)
     return (status.OOM, None, f"{status.describe(exc)} ({why})") if why else (status.ERROR, None, status.describe(exc))
@@ -76,7 +91,7 @@ def sweep_model(
 
     `begin(cell)` is called before a cell's model is built or measured, `emit(cell, status, ...)` when it ends.
     """
-    unsupported = spec.unsupported_reason(params.framework, params.mode)
+    unsupported = spec.unsupported_reason(params.framework, params.mode) or backend.unsupported()
     model, build_failure, attention = None, None, ""
     for batch_size, sequence_length in shapes:
         cell = (spec.name, batch_size, sequence_length)
@@ -119,7 +134,8 @@ def run_environment(params: dict[str, Any] | BenchmarkParams, progress: bool = T
 
     Cells that already have a row for this round (`current_round`) in that file are not measured
     again: a rerun resumes. A row cut off by a killed process is set aside, and a cell that was
-    in flight when its process died gets a `crashed` row. After the sweep, cells disturbed by other processes are measured
+    in flight when its process died gets a `crashed` row, or is measured again when its runner was stopped
+    too (`resolve_in_flight`). After the sweep, cells disturbed by other processes are measured
     again, up to `remeasure` times (each attempt is a row; `read_results` keeps the least
     disturbed). The speed probe runs at the start, before each model and at the end.
     Only one process at a time may write into `output_dir`. Returns the kept rows.
@@ -143,19 +159,22 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
     """`run_environment` once the folder's lock is held."""
     results_path = output_dir / RESULTS_FILE
     repair_results(results_path)
-    record_crash(output_dir, "the process measuring this cell stopped before writing its row")
+    resolve_in_flight(output_dir)
     resuming = results_path.exists() and results_path.stat().st_size > 0
     done = finished_cells(read_results(results_path), params.current_round) if resuming else set()
     grid = grid_cells(params)
     todo = [cell for cell in grid if cell not in done]
 
-    backend = load_backend(params.framework, params.mode, params.device, params.num_threads, params.num_interop_threads)
+    backend = load_backend(
+        params.framework, params.mode, params.device, params.num_threads, params.num_interop_threads,
+        precision=params.precision, options=params.options, seed=params.seed, cache_dir=output_dir.parent / EXPORTS_DIR,
+    )  # fmt: skip
     meter = make_meter()
-    description = describe_environment(params.model_dump(), backend.settings(), backend.versions())
+    description = describe_environment(params.model_dump(), backend.settings(), backend.versions(), versions_of(params.framework))
     description["interference"] = {"measured": meter is not None, "max_interference": params.max_interference, "method": INTERFERENCE_METHOD}
     description["probe_workload"] = PROBE_WORKLOAD
     probes = _earlier_probes(output_dir) if resuming else []
-    environment = {key: getattr(params, key) for key in ("environment", "framework", "mode", "device", "model_scale")}
+    environment = {key: getattr(params, key) for key in ("environment", "framework", "mode", "precision", "device", "model_scale")}
     environment["round"] = params.current_round
 
     def probe(label: str) -> float | str:

@@ -86,6 +86,7 @@ class Measurement:
     prepare_s: float | None = None
     warmup_calls: int = 0
     interference: Interference | None = None
+    max_abs_diff: float | None = None  # largest absolute difference from eager PyTorch float32's output
 
     @property
     def mean_s(self) -> float:

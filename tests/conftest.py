@@ -1,4 +1,4 @@
-"""Shared fixtures: the kit's command line, and one smoke run of the four CPU environments per test session."""
+"""Shared fixtures: the kit's command line, and one smoke run of every CPU environment per test session."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from benchlib.runner import DEFAULT_ENVIRONMENTS as CPU_ENVIRONMENTS
-from benchlib.runner import PROJECT_ROOT
+from benchlib.runner import PROJECT_ROOT, available
+
+# Every CPU environment shipped in parameters/environments/: the study's four and today's backends.
+CPU_ENVIRONMENTS = [name for name in available("environments") if name.startswith("cpu-")]
 
 RunCli = Callable[..., subprocess.CompletedProcess]
 
@@ -29,7 +31,7 @@ def run_cli() -> RunCli:
 
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The run folder of `python -m benchlib run --grid smoke` over the four CPU environments (no summary).
+    """The run folder of `python -m benchlib run --grid smoke` over every CPU environment (no summary).
 
     Made once per test session (a few minutes): each environment is the benchmark notebook
     executed by papermill in its own kernel. Tests must not change it; copy it first.

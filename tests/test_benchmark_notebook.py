@@ -14,12 +14,14 @@ import yaml
 
 from benchlib import read_results
 from benchlib.catalogue import load_catalogue
-from benchlib.runner import DEFAULT_ENVIRONMENTS as CPU_ENVIRONMENTS
+from benchlib.backends import TOLERANCE
+from benchlib.backends.pytorch import bfloat16_unsupported
 from benchlib.runner import NOTEBOOK, PARAMETERS_DIR
-from benchlib.status import OK, STATUSES, TOO_LONG
+from benchlib.status import OK, STATUSES, TOO_LONG, UNSUPPORTED
+from tests.conftest import CPU_ENVIRONMENTS
 
 PARAMETER_NAMES = [
-    "environment", "framework", "mode", "device", "num_threads", "num_interop_threads", "models", "model_scale",
+    "environment", "framework", "mode", "precision", "device", "options", "num_threads", "num_interop_threads", "models", "model_scale",
     "batch_sizes", "sequence_lengths", "warmup", "warmup_max_seconds", "repeat", "number",
     "max_interference", "remeasure", "rounds", "current_round", "output_dir",
 ]  # fmt: skip
@@ -35,11 +37,16 @@ def check_rows(output_dir: Path, grid: dict, environment: dict) -> None:
     assert set(rows["status"]) <= set(STATUSES)
     for key in ("environment", "framework", "mode", "device"):
         assert set(rows[key]) == {environment[key]}
+    precision = environment.get("precision", "float32")
+    assert set(rows["precision"]) == {precision}
     ok = rows[rows["status"] == OK]
     assert len(ok) > 0
     for _, row in ok.iterrows():
         assert row["mean_s"] > 0 and row["min_s"] > 0 and row["median_s"] > 0
         assert len(row["samples_s"]) == row["repeat"] and all(sample > 0 for sample in row["samples_s"])
+    # Every backend but eager PyTorch float32 (the reference) and TensorFlow (other weights) agrees with eager PyTorch.
+    compared = environment["framework"] != "tensorflow" and (environment["mode"] != "eager" or precision != "float32")
+    assert ok["max_abs_diff"].between(0, TOLERANCE[precision]).all() if compared else ok["max_abs_diff"].isna().all()
     others = rows[rows["status"] != OK]
     assert all(reason.strip() for reason in others["reason"])
     assert all(math.isnan(value) for value in others["mean_s"])
@@ -49,6 +56,9 @@ def check_rows(output_dir: Path, grid: dict, environment: dict) -> None:
 def test_smoke_grid_in_each_cpu_environment(smoke_run: Path, environment: str) -> None:
     env = yaml.safe_load((PARAMETERS_DIR / "environments" / f"{environment}.yaml").read_text())
     output_dir = smoke_run / environment
+    if env.get("precision") == "bfloat16" and (why := bfloat16_unsupported()):  # a CPU without bfloat16 instructions
+        assert set(read_results(output_dir)["status"]) <= {UNSUPPORTED, TOO_LONG} and why in set(read_results(output_dir)["reason"])
+        return
     check_rows(output_dir, SMOKE, env)
 
     rows = read_results(output_dir)
@@ -60,7 +70,8 @@ def test_smoke_grid_in_each_cpu_environment(smoke_run: Path, environment: str) -
     assert list(ctrl["status"]) == [TOO_LONG]
 
     recorded = json.loads((output_dir / "environment.json").read_text())["parameters"]
-    assert {key: recorded[key] for key in env} == env
+    assert {key: recorded[key] for key in env if key != "options"} == {key: value for key, value in env.items() if key != "options"}
+    assert env.get("options", {}).items() <= recorded["options"].items()  # with the backend's defaults filled in
     assert recorded["output_dir"] == str(output_dir)
 
     executed = nbformat.read(output_dir / "benchmark.ipynb", as_version=4)

@@ -17,7 +17,7 @@ from benchlib import read_results
 from benchlib.cli import main
 from benchlib.params import ParameterError
 from benchlib.runner import (
-    DEFAULT_ENVIRONMENTS, PARAMETERS_DIR, PROJECT_ROOT, default_run_dir, notebook_parameters, plan_run, rows_written,
+    DEFAULT_ENVIRONMENTS, PARAMETERS_DIR, PROJECT_ROOT, default_run_dir, expand_environments, notebook_parameters, plan_run, rows_written,
 )  # fmt: skip
 
 
@@ -41,17 +41,29 @@ def test_shipped_parameter_files_all_validate(tmp_path: Path) -> None:
     assert (article.repeat, article.number, article.model_scale) == (30, 3, "full")
 
 
-def test_defaults_are_the_four_cpu_environments_on_the_quick_grid(tmp_path: Path) -> None:
+def test_defaults_are_the_study_environments_with_torch_compile_and_onnxruntime_on_the_quick_grid(tmp_path: Path) -> None:
     jobs = plan_run(tmp_path / "run")
-    assert [job.name for job in jobs] == list(DEFAULT_ENVIRONMENTS)
+    names = ["cpu-pytorch", "cpu-torchscript", "cpu-tensorflow", "cpu-tensorflow-xla", "cpu-onnxruntime", "cpu-torch-compile"]
+    assert [job.name for job in jobs] == expand_environments(DEFAULT_ENVIRONMENTS) == names
     assert [(job.params.framework, job.params.mode, job.params.device) for job in jobs] == [
         ("pytorch", "eager", "cpu"), ("pytorch", "torchscript", "cpu"), ("tensorflow", "function", "cpu"), ("tensorflow", "xla", "cpu"),
+        ("onnxruntime", "session", "cpu"), ("pytorch", "compile", "cpu"),
     ]  # fmt: skip
     quick = yaml.safe_load((PARAMETERS_DIR / "grids" / "quick.yaml").read_text())
     assert all(job.params.models == quick["models"] and job.params.model_scale == "full" for job in jobs)
-    assert [job.output_dir for job in jobs] == [tmp_path / "run" / name for name in DEFAULT_ENVIRONMENTS]
+    assert [job.output_dir for job in jobs] == [tmp_path / "run" / name for name in names]
     stamp = default_run_dir(datetime.datetime(2025, 1, 2, 3, 4, 5))
     assert stamp == PROJECT_ROOT / "outputs" / "2025-01-02_030405"
+
+
+def test_environment_sets_expand_and_all_is_every_environment_of_this_machine(tmp_path: Path) -> None:
+    cpu = sorted(path.stem for path in (PARAMETERS_DIR / "environments").glob("cpu-*.yaml"))
+    assert [job.name for job in plan_run(tmp_path, "smoke", ["all"])] == cpu  # no GPU on this machine
+    assert expand_environments(["study", "cpu-pytorch", "cpu-onnxruntime"]) == [
+        "cpu-pytorch", "cpu-torchscript", "cpu-tensorflow", "cpu-tensorflow-xla", "cpu-onnxruntime",
+    ]  # fmt: skip
+    with pytest.raises(ParameterError, match=r"environment 'fastest' not found; available: .*; sets: study, default, today, gpu-study, all"):
+        plan_run(tmp_path, "smoke", ["fastest"])
 
 
 def test_parameter_files_merge_in_order_grid_environment_then_params(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -74,11 +86,11 @@ def test_bad_parameters_are_reported_one_line_each_before_anything_runs(tmp_path
         plan_run(tmp_path, "smoke", ["cpu-pytorch", bogus, "cpu-nope"])
     lines = str(error.value).splitlines()
     assert any("'cpu-nope' not found" in line and "cpu-tensorflow-xla" in line for line in lines)
-    assert any(line.startswith("cpu-bogus: framework: must be one of pytorch, tensorflow") and str(bogus) in line for line in lines)
+    assert any(line.startswith("cpu-bogus: framework: must be one of onnxruntime, openvino, pytorch, tensorflow") and str(bogus) in line for line in lines)
 
     run_dir = tmp_path / "run"
     assert main(["run", "--grid", "smoke", "--environments", f"cpu-pytorch,{bogus}", "--out", str(run_dir), "--no-summary"]) == 2
-    assert "cpu-bogus: framework: must be one of pytorch, tensorflow" in capsys.readouterr().err
+    assert "cpu-bogus: framework: must be one of onnxruntime, openvino, pytorch, tensorflow" in capsys.readouterr().err
     assert main(["run", "--grid", "smoke", "--params", str(typo), "--out", str(run_dir), "--no-summary"]) == 2
     assert "repaet: unknown parameter" in capsys.readouterr().err
     assert main(["run", "--grid", "nope", "--out", str(run_dir)]) == 2

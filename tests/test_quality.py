@@ -212,3 +212,55 @@ def test_round_spread_per_environment() -> None:
     assert table["largest_spread_pct"] == pytest.approx(0.2 / 1.1 * 100) and table["largest_spread_cell"] == "gpt2 1x8"
     assert table["median_spread_pct"] == pytest.approx(0.2 / 1.1 * 100 / 2)
     assert quality.round_spread(collapse_rounds(pd.DataFrame([row("gpt2", 1, 1.0)]))).empty
+
+
+def on_host(environment, host, memory_gib=24, gpus=()):
+    """`environment` as measured on `host`, a machine with `memory_gib` and `gpus`."""
+    return {**environment, "machine": {**environment["machine"], "hostname": host, "memory_bytes": memory_gib * 2**30, "gpus": list(gpus)}}
+
+
+def test_machine_description_names_cpu_cores_memory_and_gpus():
+    assert quality.machine_description(on_host(probed("cpu-pytorch", [0.1]), "a")) == "CPU One, 2 cores, 24 GiB, no GPU"
+    gpu = on_host(probed("gpu-pytorch", [0.1]), "b", 64, [{"name": "Tesla V100", "memory": "16384 MiB", "driver": "550"}])
+    assert quality.machine_description(gpu) == "CPU One, 2 cores, 64 GiB, Tesla V100 16384 MiB"
+    assert quality.machine_description({}) == "unknown CPU, no GPU"
+
+
+def test_environments_compared_across_machines_of_different_types_are_flagged():
+    same = [on_host(probed("cpu-pytorch", [0.1]), "a"), on_host(probed("cpu-tensorflow", [0.1], start=10), "b")]
+    assert quality.machine_warnings(same) == [] and quality.probe_warnings(same) == []
+    other = [same[0], on_host(probed("cpu-tensorflow", [0.1], start=10), "b", memory_gib=16), on_host(probed("cpu-xla", [0.1], start=20), "c", memory_gib=16)]
+    assert quality.machine_warnings(other) == [
+        "On CPU One, 2 cores (cpu) the environments compared ran on machines of different types "
+        "(CPU One, 2 cores, 16 GiB, no GPU: cpu-tensorflow and cpu-xla; CPU One, 2 cores, 24 GiB, no GPU: cpu-pytorch): "
+        "their times differ by machine as well as by environment; run them on machines of one type to compare them."
+    ]
+    assert quality.probe_warnings(other) == quality.machine_warnings(other)
+    elsewhere = [same[0], on_host(probed("cpu-other", [0.1], cpu="CPU Two"), "d", memory_gib=16)]
+    assert quality.machine_warnings(elsewhere) == []  # another CPU: the summary does not compare them
+
+
+def test_machines_of_one_type_that_differ_in_speed_by_more_than_5_percent_are_flagged():
+    a, b = on_host(probed("cpu-pytorch", [0.100, 0.101]), "a"), on_host(probed("cpu-tensorflow", [0.106, 0.107], start=10), "b")
+    [warning] = quality.probe_warnings([a, b])  # 6%: under the 10% of one machine, over the 5% between two
+    assert warning == (
+        "Machines of one type (CPU One, 2 cores, 24 GiB, no GPU) differ in speed by 6% (median speed probe per machine: "
+        "a 100.5 ms (cpu-pytorch); b 106.5 ms (cpu-tensorflow)): comparisons between environments measured on different machines carry that difference."
+    )
+    close = on_host(probed("cpu-tensorflow", [0.103, 0.104], start=10), "b")
+    assert quality.machine_speed_warnings([a, close]) == []
+    # Rounds of one environment on two machines: each probe counts for the machine it ran on.
+    rounds = on_host(probed("cpu-pytorch", [0.100, 0.100, 0.120, 0.120]), "a")
+    rounds["probes"] = [{**probe, "hostname": "a" if i < 2 else "b"} for i, probe in enumerate(rounds["probes"])]
+    assert quality.probe_table([rounds])["host"].tolist() == ["a", "a", "b", "b"]
+    [slower] = quality.probe_warnings([rounds])  # within each machine the probe is steady
+    assert slower.startswith("Machines of one type (CPU One, 2 cores, 24 GiB, no GPU) differ in speed by 20% (median speed probe per machine: a 100.0 ms (cpu-pytorch); b 120.0 ms (cpu-pytorch))")
+
+
+def test_the_speed_of_one_machine_is_checked_per_host():
+    varied = [on_host(probed("cpu-pytorch", [0.100, 0.101]), "a"), on_host(probed("cpu-tensorflow", [0.115, 0.114], start=10), "a"), on_host(probed("cpu-xla", [0.100], start=20), "b")]
+    warnings = quality.probe_warnings(varied)
+    assert warnings[0].startswith("On CPU One, 2 cores (cpu, host a) the median speed probe differed by 14% between environments, from 100.5 ms (cpu-pytorch) to 114.5 ms (cpu-tensorflow)")
+    assert len(warnings) == 2 and warnings[1].startswith(  # a's median over both of its environments' probes
+        "Machines of one type (CPU One, 2 cores, 24 GiB, no GPU) differ in speed by 7% (median speed probe per machine: a 107.5 ms (cpu-pytorch and cpu-tensorflow); b 100.0 ms (cpu-xla))"
+    )

@@ -6,9 +6,10 @@ import multiprocessing
 
 import pytest
 
+from benchlib import status
 from benchlib.locking import FolderInUseError, check_free, environment_lock
 from benchlib.recovery import (
-    CUTOFF_FILE, mark_in_flight, read_in_flight, record_crash, repair_results, set_aside_results,
+    CUTOFF_FILE, RUNNER_PID_ENV, mark_in_flight, read_in_flight, record_crash, repair_results, resolve_in_flight, set_aside_results,
 )  # fmt: skip
 from benchlib.results import ResultsWriter, make_row, read_results
 
@@ -45,6 +46,22 @@ def test_crash_of_the_cell_in_flight_becomes_a_crashed_row(tmp_path):
     assert read_in_flight(tmp_path) is None
 
 
+def test_a_cell_left_by_a_runner_is_measured_again_one_left_by_another_kernel_is_crashed(tmp_path, monkeypatch):
+    write_rows(tmp_path, 1)
+    monkeypatch.setenv(RUNNER_PID_ENV, "4242")  # a kernel started by `benchlib run`, whose runner was stopped
+    mark_in_flight(tmp_path, {**CELL, "model": "ctrl", "batch_size": 8, "sequence_length": 256})
+    assert read_in_flight(tmp_path)["runner_pid"] == 4242
+    resolve_in_flight(tmp_path)
+    assert read_in_flight(tmp_path) is None and read_results(tmp_path).status.tolist() == ["too_long"]  # no row: measured again
+    monkeypatch.delenv(RUNNER_PID_ENV)  # papermill alone, or JupyterLab
+    mark_in_flight(tmp_path, {**CELL, "model": "ctrl", "batch_size": 8, "sequence_length": 256})
+    assert "runner_pid" not in read_in_flight(tmp_path)
+    resolve_in_flight(tmp_path)
+    rows = read_results(tmp_path)
+    assert rows.status.tolist() == ["too_long", "crashed"] and "stopped before writing its row" in rows.reason[1]
+    assert read_in_flight(tmp_path) is None
+
+
 def test_force_sets_results_aside_without_losing_them(tmp_path):
     write_rows(tmp_path, 3)
     aside = set_aside_results(tmp_path)
@@ -77,3 +94,19 @@ def test_a_second_writer_is_refused(tmp_path):
     check_free(tmp_path)  # released with its process
     with environment_lock(tmp_path):
         pass
+
+
+def test_a_cell_whose_row_was_written_before_its_process_died_gets_no_crashed_row(tmp_path):
+    """Killed between appending the row and clearing the marker: the row stands, alone."""
+    cell = {"environment": "e", "framework": "pytorch", "mode": "eager", "device": "cpu", "model": "gpt2", "batch_size": 1,
+            "sequence_length": 8, "round": 1, "attempt": 1}  # fmt: skip
+    with ResultsWriter(tmp_path) as writer:
+        writer.append(make_row(cell, status.OK))
+    mark_in_flight(tmp_path, cell)
+    assert record_crash(tmp_path, "the process measuring this cell stopped") is None
+    assert read_in_flight(tmp_path) is None
+    rows = read_results(tmp_path, every_attempt=True)
+    assert rows["status"].tolist() == [status.OK]
+    mark_in_flight(tmp_path, {**cell, "attempt": 2})  # a second attempt in flight has no row yet: it is recorded
+    assert record_crash(tmp_path, "stopped")["attempt"] == 2
+    assert read_results(tmp_path, every_attempt=True)["status"].tolist() == [status.OK, status.CRASHED]

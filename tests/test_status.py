@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchlib.status import describe, is_out_of_memory
+from benchlib.backends import is_out_of_memory
+from benchlib.status import describe
 from tests.frameworks import run_python
 
 
@@ -25,7 +26,7 @@ def test_tensorflow_resource_exhausted_is_out_of_memory():
         """
         import json
         import benchlib, tensorflow as tf
-        from benchlib.status import is_out_of_memory
+        from benchlib.backends import is_out_of_memory
         try:
             tf.zeros([2**48], dtype=tf.uint8) + 1
             caught = None

@@ -11,9 +11,9 @@ from benchlib.cli import main
 
 CASES = {
     "unknown model": ({"models": ["bert-large"]}, "models: unknown model bert-large; the catalogue has: gpt2, bert-base-cased"),
-    "unknown framework": ({"framework": "jax"}, "framework: must be one of pytorch, tensorflow"),
-    "unknown mode": ({"mode": "jit"}, "mode: mode for pytorch must be one of eager, torchscript, not 'jit'"),
-    "mode the framework lacks": ({"mode": "xla"}, "mode: mode for pytorch must be one of eager, torchscript, not 'xla'"),
+    "unknown framework": ({"framework": "jax"}, "framework: must be one of onnxruntime, openvino, pytorch, tensorflow, not 'jax'"),
+    "unknown mode": ({"mode": "jit"}, "mode: mode for pytorch must be one of eager, torchscript, compile, not 'jit'"),
+    "mode the framework lacks": ({"mode": "xla"}, "mode: mode for pytorch must be one of eager, torchscript, compile, not 'xla'"),
     "unknown device": ({"device": "tpu"}, "device: must be cpu, cuda or cuda:N, not 'tpu'"),
     "empty sizes": ({"batch_sizes": []}, "batch_sizes: List should have at least 1 item"),
     "negative size": ({"sequence_lengths": [8, -64]}, "sequence_lengths: sizes must be positive integers"),

@@ -1,49 +1,167 @@
-"""One module per framework, each with the same small interface (`Backend`).
+"""How to run a model: one module per backend, each registering a `BackendInfo`, and the `Backend` interface.
 
-Adding a framework means adding a module here and a line to `BACKENDS`. Nothing in this
-file imports a framework: a kernel imports only the one it measures.
+Adding a backend is one module in this folder (plus its environment files in
+parameters/environments/): the module calls `register(BackendInfo(...))` with its framework
+name, modes, precisions, devices, options (a pydantic model), out-of-memory errors and the
+distributions whose versions `environment.json` records. Parameter validation, the catalogue's
+class lookup, out-of-memory recognition and `environment.json` all read this registry.
+
+A backend module imports its framework only when its backend is made (`lazy_import`), so that
+reading the registry in the runner does not import PyTorch, TensorFlow or ONNX Runtime, and a
+kernel imports only the framework it measures.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import pkgutil
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from types import ModuleType
 from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict
 
 from benchlib.catalogue import ModelSpec
 
-# framework -> (module, modes it offers)
-BACKENDS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "pytorch": ("benchlib.backends.pytorch", ("eager", "torchscript")),
-    "tensorflow": ("benchlib.backends.tensorflow", ("function", "xla")),
-}
+PRECISIONS: tuple[str, ...] = ("float32", "bfloat16", "float16", "int8")
+# The largest absolute difference from eager PyTorch float32's output that a backend's output may
+# have, per precision; beyond it the cell is an `error`. Outputs are hidden states after a layer
+# norm (values of order 1), so these are loose enough for rounding and tight enough for a wrong graph.
+TOLERANCE: dict[str, float] = {"float32": 1e-3, "float16": 0.25, "bfloat16": 0.5, "int8": 1.0}
+
+
+class NoOptions(BaseModel):
+    """A backend without options of its own."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class BackendSettings:
+    """What a backend is made with: the environment's parameters that concern it."""
+
+    mode: str
+    device: str = "cpu"
+    precision: str = "float32"
+    options: BaseModel = field(default_factory=NoOptions)
+    num_threads: int | None = None
+    num_interop_threads: int | None = None
+    seed: int = 0
+    cache_dir: Path | None = None  # where exported models are kept (the run folder's exports/)
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """One backend as the registry knows it, without importing its framework."""
+
+    framework: str
+    modes: tuple[str, ...]
+    make: Callable[[BackendSettings], Backend]
+    description: str = ""
+    precisions: tuple[str, ...] = ("float32",)
+    devices: tuple[str, ...] = ("cpu", "cuda")
+    options: type[BaseModel] = NoOptions
+    model_class: str = "pytorch"  # which of the catalogue's classes it builds from ("pytorch" or "tensorflow")
+    versions: tuple[str, ...] = ()  # distributions whose versions environment.json records
+    oom_classes: tuple[str, ...] = ()  # exception class names that mean out of memory
+    oom_messages: tuple[str, ...] = ()  # fragments of its allocators' error messages
+
+    def unsupported_keys(self, mode: str) -> tuple[str, ...]:
+        """The catalogue's `unsupported` keys that apply, most specific first."""
+        keys = (f"{self.framework}/{mode}", self.framework)
+        return keys if self.model_class == self.framework else (*keys, self.model_class)
+
+
+REGISTRY: dict[str, BackendInfo] = {}
+
+
+def register(info: BackendInfo) -> BackendInfo:
+    """Add `info` to the registry (a module's backend, or one defined by a test); returns it."""
+    unknown = [precision for precision in info.precisions if precision not in PRECISIONS]
+    if unknown:
+        raise ValueError(f"backend {info.framework}: precisions must be among {', '.join(PRECISIONS)}, not {', '.join(unknown)}")
+    REGISTRY[info.framework] = info
+    return info
+
+
+@cache
+def discover() -> None:
+    """Import every backend module of this package once, so that each registers itself."""
+    for module in pkgutil.iter_modules(__path__):
+        if not module.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{module.name}")
+
+
+def registry() -> dict[str, BackendInfo]:
+    """Every registered backend by framework name."""
+    discover()
+    return REGISTRY
+
+
+def frameworks() -> tuple[str, ...]:
+    """The framework names a parameter file may give, in alphabetical order."""
+    return tuple(sorted(registry()))
+
+
+def backend_info(framework: str) -> BackendInfo:
+    """The registered backend `framework`; a ValueError lists the registered ones."""
+    if framework not in registry():
+        raise ValueError(f"framework must be one of {', '.join(registry())}, not {framework!r}")
+    return registry()[framework]
 
 
 def modes(framework: str) -> tuple[str, ...]:
     """The modes `framework` offers."""
-    return BACKENDS[framework][1]
+    return backend_info(framework).modes
+
+
+def versions_of(framework: str) -> dict[str, str | None]:
+    """Installed versions of the distributions `framework` declares (None where one is missing)."""
+    from benchlib.environment_info import package_version
+
+    return {name: package_version(name) for name in backend_info(framework).versions}
+
+
+def lazy_import(name: str) -> ModuleType:
+    """A stand-in for module `name` that imports it at its first attribute access."""
+
+    class LazyModule(ModuleType):
+        def __getattr__(self, attribute: str) -> Any:
+            return getattr(importlib.import_module(name), attribute)
+
+    return LazyModule(name)
 
 
 class Backend(Protocol):
-    """What the sweep needs from a framework."""
+    """What the sweep needs from a backend."""
 
     framework: str
     mode: str
     device: str
 
+    def unsupported(self) -> str | None:
+        """Why this backend cannot run on this machine (no C++ compiler, no bfloat16 instructions), or None."""
+
     def build(self, spec: ModelSpec, scale: str) -> Any:
-        """Build the model with random weights, ready for inference."""
+        """Build the model with random weights, ready for inference (raise `status.Unsupported` where it cannot)."""
 
     def make_inputs(self, vocab_size: int, batch_size: int, sequence_length: int, seed: int) -> Any:
         """Seeded random token ids of shape (batch, sequence) on the device."""
 
     def prepare(self, model: Any, inputs: Any) -> Callable[[], Any]:
-        """A no-argument call that runs one inference (traced/compiled for this shape if the mode says so).
+        """A no-argument call that runs one inference (traced or compiled for this shape if the mode says so).
 
         Calls are made inside `inference_context()`, so that the timed call carries no set-up.
         """
+
+    def max_abs_diff(self, model: Any, inputs: Any, output: Any) -> float | None:
+        """The largest absolute difference of `output` from eager PyTorch float32's output on `inputs`,
+        or None where the backend is that reference or cannot be compared with it (other weights)."""
 
     def attn_implementation(self, model: Any) -> str:
         """The attention implementation the built model uses (`eager`, `sdpa`, ...)."""
@@ -67,7 +185,7 @@ class Backend(Protocol):
         """Thread and device settings in effect, read back from the framework."""
 
     def versions(self) -> dict[str, str]:
-        """Versions of the framework and of the libraries it runs on."""
+        """Versions of the framework and of the libraries it runs on, read from the framework itself."""
 
 
 THREAD_VARIABLES: tuple[str, ...] = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")
@@ -88,18 +206,32 @@ def apply_thread_environment(num_threads: int | None) -> None:
 
 
 def load_backend(
-    framework: str, mode: str, device: str = "cpu", num_threads: int | str | None = None, num_interop_threads: int | None = None
-) -> Backend:
-    """Import the framework's module and return its backend for `mode` on `device`.
+    framework: str, mode: str, device: str = "cpu", num_threads: int | str | None = None, num_interop_threads: int | None = None,
+    precision: str = "float32", options: dict[str, Any] | None = None, seed: int = 0, cache_dir: Path | None = None,
+) -> Backend:  # fmt: skip
+    """Make the backend `framework` for `mode` on `device` (this imports its framework).
 
     `num_threads` sizes the intra-op pools (an integer, "cores" or None for the framework's default),
-    `num_interop_threads` the inter-op pools (None: the framework's default).
+    `num_interop_threads` the inter-op pools (None: the framework's default); `options` are the
+    backend's own parameters (validated by its options model).
     """
-    if framework not in BACKENDS:
-        raise ValueError(f"framework must be one of {', '.join(BACKENDS)}, not {framework!r}")
-    if mode not in modes(framework):
-        raise ValueError(f"mode for {framework} must be one of {', '.join(modes(framework))}, not {mode!r}")
+    info = backend_info(framework)
+    if mode not in info.modes:
+        raise ValueError(f"mode for {framework} must be one of {', '.join(info.modes)}, not {mode!r}")
+    if precision not in info.precisions:
+        raise ValueError(f"precision for {framework} must be one of {', '.join(info.precisions)}, not {precision!r}")
     threads = resolve_threads(num_threads)
     apply_thread_environment(threads)
-    module = importlib.import_module(BACKENDS[framework][0])
-    return module.make_backend(mode=mode, device=device, num_threads=threads, num_interop_threads=num_interop_threads)
+    settings = BackendSettings(
+        mode=mode, device=device, precision=precision, options=info.options(**(options or {})), num_threads=threads,
+        num_interop_threads=num_interop_threads, seed=seed, cache_dir=cache_dir,
+    )  # fmt: skip
+    return info.make(settings)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` means out of memory, in the words of any registered backend."""
+    from benchlib.status import is_out_of_memory as matches
+
+    infos = registry().values()
+    return matches(exc, [name for info in infos for name in info.oom_classes], [m for info in infos for m in info.oom_messages])

@@ -1,34 +1,61 @@
-"""PyTorch: eager (`model.eval()` under `torch.inference_mode()`) and TorchScript (`torch.jit.trace` per shape)."""
+"""PyTorch: eager (`model.eval()` under `torch.inference_mode()`), TorchScript (`torch.jit.trace` per shape)
+and `torch.compile` (inductor, compiled per shape); float32, or the model cast to bfloat16 or float16.
+
+The other backends that start from a PyTorch model (ONNX Runtime, OpenVINO) use `build_reference`,
+`reference_output` and `traceable_masks` from here.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import gc
+import importlib
 import os
 import re
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 from unittest import mock
 
-# One framework per kernel: transformers must not import TensorFlow beside PyTorch.
-os.environ.update(USE_TF="0", USE_TORCH="1")
+import numpy as np
+from pydantic import BaseModel, ConfigDict
 
-import torch  # noqa: E402
-from transformers import masking_utils  # noqa: E402
-
+from benchlib.backends import BackendInfo, BackendSettings, lazy_import, register
 from benchlib.catalogue import ModelSpec
+from benchlib.status import Unsupported
+
+torch = lazy_import("torch")
+
+DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # CPU instructions that make bfloat16 fast
+
+
+class PyTorchOptions(BaseModel):
+    """PyTorch's own parameters (`options:` in an environment file)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    attn_implementation: Literal["eager", "sdpa"] | None = None  # None: the model's own default
+    compile_mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = "default"
+
+
+def use_torch() -> None:
+    """One framework per kernel: transformers must not import TensorFlow beside PyTorch."""
+    os.environ.update(USE_TF="0", USE_TORCH="1")
 
 
 def _broadcast_for_bhqkv(mask_function: Callable, bh_indices: bool = True) -> Callable:
     """Drop-in for transformers' `_vmap_for_bhqkv` that broadcasts instead of using `torch.vmap`."""
 
-    def mask(batch_idx: Any, head_idx: Any, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
+    def mask(batch_idx: Any, head_idx: Any, q_idx: Any, kv_idx: Any) -> Any:
         q, kv = q_idx[:, None], kv_idx[None, :]
         if not bh_indices:
-            return mask_function(batch_idx, head_idx, q, kv).expand(len(q_idx), len(kv_idx))
-        shape = (len(batch_idx), len(head_idx), len(q_idx), len(kv_idx))
+            return mask_function(batch_idx, head_idx, q, kv).expand(q_idx.size(0), kv_idx.size(0))
+        # size() rather than len(): a tracer records sizes, so an exported graph keeps dynamic shapes.
+        shape = (batch_idx.size(0), head_idx.size(0), q_idx.size(0), kv_idx.size(0))
         result = mask_function(batch_idx[:, None, None, None], head_idx[None, :, None, None], q[None, None], kv[None, None])
         return result.expand(shape)
 
@@ -37,16 +64,109 @@ def _broadcast_for_bhqkv(mask_function: Callable, bh_indices: bool = True) -> Ca
 
 @contextlib.contextmanager
 def traceable_masks() -> Iterator[None]:
-    """Compatibility shim for tracing: transformers 4.57 builds causal masks (GPT-2, CTRL, ...)
-    with `torch.vmap` and an indexing mode, which `torch.jit.trace` cannot record
-    ("unordered_map::at"). While tracing, the same mask functions are evaluated by plain
-    broadcasting and indexing, which gives the same mask.
+    """Compatibility shim for tracing and exporting: transformers 4.57 builds causal masks (GPT-2,
+    CTRL, ...) with `torch.vmap` and an indexing mode, which `torch.jit.trace`, the ONNX exporter
+    and OpenVINO cannot record ("unordered_map::at"). While tracing, the same mask functions are
+    evaluated by plain broadcasting and indexing, which gives the same mask. The check for packed
+    sequences (`torch.diff` over the position ids, which the ONNX exporter cannot export) is
+    skipped: a benchmark's input is one sequence per row, positions 0..n-1.
     """
+    masking_utils = importlib.import_module("transformers.masking_utils")
     with (
         mock.patch.object(masking_utils, "_vmap_for_bhqkv", _broadcast_for_bhqkv),
         mock.patch.object(masking_utils, "TransformGetItemToIndex", contextlib.nullcontext),
+        mock.patch.object(masking_utils, "find_packed_sequence_indices", lambda position_ids: None),
     ):
         yield
+
+
+def build_reference(spec: ModelSpec, scale: str, seed: int, attn_implementation: str | None = None) -> Any:
+    """The eager float32 PyTorch model on the CPU, its random weights drawn from `seed`: the same
+    weights in every kernel, so that an export cached by one environment matches another's reference."""
+    use_torch()
+    overrides = dict(spec.inference_config)
+    if attn_implementation:
+        overrides["attn_implementation"] = attn_implementation
+    config = spec.build_config(scale, **overrides)
+    torch.manual_seed(seed)
+    try:
+        model = spec.model_class("pytorch")(config)
+    except ValueError as exc:
+        if attn_implementation and "attention" in str(exc).lower():
+            raise Unsupported(f"attn_implementation {attn_implementation}: {' '.join(str(exc).split())}") from None
+        raise
+    return model.eval()
+
+
+def first_output(output: Any) -> Any:
+    """The first tensor of a model's output (the last hidden state), whatever wraps it."""
+    while isinstance(output, (tuple, list)) or hasattr(output, "to_tuple"):
+        output = output.to_tuple()[0] if hasattr(output, "to_tuple") else output[0]
+    return output
+
+
+def as_array(output: Any) -> np.ndarray:
+    """A backend's first output as a float32 numpy array."""
+    value = first_output(output)
+    if hasattr(value, "detach"):
+        value = value.detach().float().cpu().numpy()
+    return np.asarray(value, dtype=np.float32)
+
+
+def reference_output(reference: Any, input_ids: Any) -> np.ndarray:
+    """Eager PyTorch float32's first output for `input_ids` (a tensor or an array)."""
+    device = next(reference.parameters()).device
+    ids = torch.as_tensor(np.asarray(input_ids.cpu() if hasattr(input_ids, "cpu") else input_ids), dtype=torch.long, device=device)
+    with torch.inference_mode():
+        return as_array(reference(ids))
+
+
+def difference(output: Any, reference: np.ndarray) -> float:
+    """The largest absolute difference between a backend's output and the reference's."""
+    value = as_array(output)
+    if value.shape != reference.shape:
+        raise ValueError(f"output of shape {value.shape} where eager PyTorch float32 gives {reference.shape}")
+    return float(np.max(np.abs(value - reference))) if value.size else 0.0
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (from /proc/cpuinfo; empty where it is missing)."""
+    path = Path("/proc/cpuinfo")
+    if not path.exists():
+        return set()
+    for line in path.read_text().splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def bfloat16_unsupported(flags: set[str] | None = None) -> str | None:
+    """Why bfloat16 would give a misleading number on this CPU, or None when it has the instructions."""
+    flags = cpu_flags() if flags is None else flags
+    if any(flag in flags for flag in BF16_FLAGS):
+        return None
+    return f"this CPU has no bfloat16 instructions ({' or '.join(BF16_FLAGS)}): bfloat16 would be emulated, slower than float32"
+
+
+def compiler_unsupported() -> str | None:
+    """Why torch.compile's inductor cannot build CPU kernels here (no C++ compiler), or None."""
+    try:
+        importlib.import_module("torch._inductor.cpp_builder").get_cpp_compiler()
+    except Exception as exc:  # inductor raises its own error type when no compiler is found
+        return f"torch.compile's inductor needs a C++ compiler (g++ or clang++): {' '.join(str(exc).split()) or type(exc).__name__}"
+    return None
+
+
+@dataclass
+class Built:
+    """A built PyTorch model: what is run, and the eager float32 model its output is compared with."""
+
+    model: Any
+    reference: Any | None  # None when `model` is itself eager float32
+
+    @property
+    def config(self) -> Any:
+        return self.model.config
 
 
 @dataclass
@@ -57,9 +177,13 @@ class PyTorchBackend:
     device: str = "cpu"
     num_threads: int | None = None
     num_interop_threads: int | None = None
+    precision: str = "float32"
+    options: PyTorchOptions = PyTorchOptions()
+    seed: int = 0
     framework: str = "pytorch"
 
     def __post_init__(self) -> None:
+        use_torch()
         self._device = torch.device(self.device)
         if self.on_gpu and (self._device.index or 0) >= torch.cuda.device_count():
             raise RuntimeError(f"device {self.device}: PyTorch sees {torch.cuda.device_count()} GPU(s) on this machine")
@@ -75,25 +199,41 @@ class PyTorchBackend:
     def on_gpu(self) -> bool:
         return self._device.type == "cuda"
 
-    def build(self, spec: ModelSpec, scale: str) -> torch.nn.Module:
-        # torchscript=True only makes the model return tuples, which the tracer needs.
-        overrides = {**spec.inference_config, **({"torchscript": True} if self.mode == "torchscript" else {})}
-        config = spec.build_config(scale, **overrides)
-        model = spec.model_class("pytorch")(config)
-        return model.to(self._device).eval()
+    def unsupported(self) -> str | None:
+        if self.precision == "bfloat16" and not self.on_gpu:
+            return bfloat16_unsupported()
+        if self.precision == "float16" and not self.on_gpu:
+            return "float16 runs on GPUs; on a CPU use bfloat16"
+        if self.mode == "compile" and not self.on_gpu:
+            return compiler_unsupported()
+        return None
 
-    def make_inputs(self, vocab_size: int, batch_size: int, sequence_length: int, seed: int) -> torch.Tensor:
+    def build(self, spec: ModelSpec, scale: str) -> Built:
+        reference = build_reference(spec, scale, self.seed, self.options.attn_implementation)
+        if self.mode == "torchscript":
+            reference.config.torchscript = True  # only makes the model return tuples, which the tracer needs
+        if self.precision == "float32":  # traced or compiled graphs run the same module's weights
+            model = reference.to(self._device)
+            return Built(model, model if self.mode != "eager" else None)
+        model = copy.deepcopy(reference).to(device=self._device, dtype=getattr(torch, DTYPES[self.precision]))
+        return Built(model, reference)
+
+    def make_inputs(self, vocab_size: int, batch_size: int, sequence_length: int, seed: int) -> Any:
         generator = torch.Generator().manual_seed(seed)
         ids = torch.randint(0, vocab_size, (batch_size, sequence_length), generator=generator)
         return ids.to(self._device)
 
-    def prepare(self, model: torch.nn.Module, inputs: torch.Tensor) -> Callable[[], Any]:
+    def prepare(self, built: Built, inputs: Any) -> Callable[[], Any]:
+        model = built.model
         if self.mode == "torchscript":
             # The tracer warns about every Python branch it fixes for this shape: tracing per shape is the point.
             with torch.inference_mode(), traceable_masks(), warnings.catch_warnings():
                 warnings.simplefilter("ignore", torch.jit.TracerWarning)
-                traced = torch.jit.trace(model, inputs, check_trace=False)
-            target = traced
+                target = torch.jit.trace(model, inputs, check_trace=False)
+        elif self.mode == "compile":
+            torch._dynamo.reset()  # compiled per shape, from scratch: no earlier shape's graphs or recompile limits
+            target = torch.compile(model, mode=self.options.compile_mode, dynamic=False)
+            target(inputs)  # compiles now, so that compiling is part of preparing
         else:
             target = model
 
@@ -102,8 +242,13 @@ class PyTorchBackend:
 
         return call
 
-    def attn_implementation(self, model: torch.nn.Module) -> str:
-        return str(getattr(model.config, "_attn_implementation", None) or "eager")
+    def max_abs_diff(self, built: Built, inputs: Any, output: Any) -> float | None:
+        if built.reference is None:
+            return None
+        return difference(output, reference_output(built.reference, inputs))
+
+    def attn_implementation(self, built: Built) -> str:
+        return str(getattr(built.config, "_attn_implementation", None) or "eager")
 
     def inference_context(self) -> contextlib.AbstractContextManager[Any]:
         """Inference mode, entered once around a cell rather than in every timed call."""
@@ -144,6 +289,25 @@ def thread_settings() -> dict[str, Any]:
     return settings
 
 
-def make_backend(mode: str, device: str = "cpu", num_threads: int | None = None, num_interop_threads: int | None = None) -> PyTorchBackend:
-    """The PyTorch backend for `mode` on `device`."""
-    return PyTorchBackend(mode=mode, device=device, num_threads=num_threads, num_interop_threads=num_interop_threads)
+def make_backend(settings: BackendSettings) -> PyTorchBackend:
+    """The PyTorch backend for `settings`."""
+    return PyTorchBackend(
+        mode=settings.mode, device=settings.device, num_threads=settings.num_threads, num_interop_threads=settings.num_interop_threads,
+        precision=settings.precision, options=settings.options, seed=settings.seed,
+    )  # fmt: skip
+
+
+INFO = register(
+    BackendInfo(
+        framework="pytorch",
+        description="PyTorch: eager, TorchScript (torch.jit.trace) or torch.compile (inductor), per shape",
+        modes=("eager", "torchscript", "compile"),
+        precisions=("float32", "bfloat16", "float16"),
+        options=PyTorchOptions,
+        make=make_backend,
+        model_class="pytorch",
+        versions=("torch",),
+        oom_classes=("OutOfMemoryError",),  # torch.cuda.OutOfMemoryError and torch.OutOfMemoryError
+        oom_messages=("can't allocate memory", "CUDA out of memory"),  # CPU allocator; CUDA caching allocator
+    )
+)

@@ -13,12 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-# One framework per kernel: transformers must not import PyTorch beside TensorFlow.
-os.environ.update(USE_TORCH="0", USE_TF="1")
-
-import tensorflow as tf  # noqa: E402
-
+from benchlib.backends import BackendInfo, BackendSettings, lazy_import, register
 from benchlib.catalogue import ModelSpec
+
+tf = lazy_import("tensorflow")
 
 
 def tf_device_name(device: str) -> str:
@@ -41,6 +39,8 @@ class TensorFlowBackend:
     framework: str = "tensorflow"
 
     def __post_init__(self) -> None:
+        # One framework per kernel: transformers must not import PyTorch beside TensorFlow.
+        os.environ.update(USE_TORCH="0", USE_TF="1")
         self._device = tf_device_name(self.device)
         if self.num_threads:
             set_thread_pool("intra", self.num_threads)
@@ -56,6 +56,9 @@ class TensorFlowBackend:
     @property
     def on_gpu(self) -> bool:
         return self._device.startswith("/GPU")
+
+    def unsupported(self) -> str | None:
+        return None
 
     def build(self, spec: ModelSpec, scale: str) -> Any:
         config = spec.build_config(scale, **spec.inference_config)
@@ -77,6 +80,9 @@ class TensorFlowBackend:
             return function(inputs)
 
         return call
+
+    def max_abs_diff(self, model: Any, inputs: Any, output: Any) -> None:
+        return None  # TensorFlow draws its own random weights: its output is not comparable with PyTorch's
 
     def inference_context(self) -> contextlib.AbstractContextManager[Any]:
         """The device scope, entered once around a cell rather than in every timed call."""
@@ -138,6 +144,20 @@ def set_thread_pool(pool: str, num_threads: int) -> None:
         raise RuntimeError(f"{parameter}: TensorFlow's runtime has already started in this process; set {parameter} in a fresh kernel ({exc})") from None
 
 
-def make_backend(mode: str, device: str = "cpu", num_threads: int | None = None, num_interop_threads: int | None = None) -> TensorFlowBackend:
-    """The TensorFlow backend for `mode` on `device`."""
-    return TensorFlowBackend(mode=mode, device=device, num_threads=num_threads, num_interop_threads=num_interop_threads)
+def make_backend(settings: BackendSettings) -> TensorFlowBackend:
+    """The TensorFlow backend for `settings`."""
+    return TensorFlowBackend(mode=settings.mode, device=settings.device, num_threads=settings.num_threads, num_interop_threads=settings.num_interop_threads)
+
+
+INFO = register(
+    BackendInfo(
+        framework="tensorflow",
+        description="TensorFlow: the model inside tf.function, or tf.function(jit_compile=True) (XLA)",
+        modes=("function", "xla"),
+        make=make_backend,
+        model_class="tensorflow",
+        versions=("tensorflow", "tf-keras"),
+        oom_classes=("ResourceExhaustedError",),  # tf.errors.ResourceExhaustedError, on the CPU and GPUs
+        oom_messages=("OOM when allocating",),
+    )
+)

@@ -1,0 +1,130 @@
+"""ONNX Runtime: the PyTorch model exported to ONNX (once per model, dynamic batch and sequence axes),
+run by `onnxruntime.InferenceSession` on the CPU with the graph optimisations asked for; int8 is the
+same export after `onnxruntime.quantization.quantize_dynamic` (weights int8, activations quantized per call).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from benchlib.backends import BackendInfo, BackendSettings, lazy_import, register
+from benchlib.backends._export import Exported, ExportedBackend
+from benchlib.catalogue import ModelSpec
+
+ort = lazy_import("onnxruntime")
+
+GRAPH_OPTIMIZATION = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
+PROTOBUF_LIMIT = 2**31  # an ONNX file over 2 GiB keeps its weights in external files
+
+
+class OnnxRuntimeOptions(BaseModel):
+    """ONNX Runtime's own parameters (`options:` in an environment file)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    graph_optimization: Literal["disabled", "basic", "extended", "all"] = "all"
+
+
+def folder_size(folder: Path) -> int:
+    """Bytes of the files in `folder` (an export and its external weights)."""
+    return sum(path.stat().st_size for path in folder.iterdir() if path.is_file())
+
+
+def quantized(path: Path) -> Path:
+    """`path` after dynamic int8 quantization (weights int8, per channel where ONNX Runtime can), cached beside it."""
+    target = path.with_name("model.int8.onnx")
+    if target.exists():
+        return target
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    partial = Path(tempfile.mkdtemp(prefix=".int8-", dir=path.parent)) / target.name
+    quantize_dynamic(path, partial, weight_type=QuantType.QInt8, use_external_data_format=folder_size(path.parent) > PROTOBUF_LIMIT // 2)
+    for produced in partial.parent.iterdir():  # the model, and its external weights when it has any
+        os.replace(produced, path.parent / produced.name)
+    partial.parent.rmdir()
+    return target
+
+
+@dataclass
+class OnnxRuntimeBackend(ExportedBackend):
+    """Runs catalogue models exported to ONNX with ONNX Runtime's CPU execution provider."""
+
+    mode: str = "session"
+    device: str = "cpu"
+    precision: str = "float32"
+    options: OnnxRuntimeOptions = OnnxRuntimeOptions()
+    num_threads: int | None = None
+    num_interop_threads: int | None = None
+    seed: int = 0
+    cache_dir: Path | None = None
+    framework: str = "onnxruntime"
+
+    def __post_init__(self) -> None:
+        self._session_options = ort.SessionOptions()
+        self._session_options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, GRAPH_OPTIMIZATION[self.options.graph_optimization])
+        self._session_options.intra_op_num_threads = self.num_threads or 0  # 0: ONNX Runtime's default
+        self._session_options.inter_op_num_threads = self.num_interop_threads or 0
+        self._session_options.log_severity_level = 3  # errors only
+
+    def unsupported(self) -> str | None:
+        return None
+
+    def build(self, spec: ModelSpec, scale: str) -> Exported:
+        reference, path = self.export(spec, scale)
+        if self.precision == "int8":
+            path = quantized(path)
+        session = ort.InferenceSession(str(path), self._session_options, providers=["CPUExecutionProvider"])
+        return Exported(session, reference, path)
+
+    def prepare(self, built: Exported, inputs: np.ndarray) -> Callable[[], Any]:
+        session, feed = built.runner, {built.runner.get_inputs()[0].name: inputs}
+
+        def call() -> Any:
+            return session.run(None, feed)
+
+        return call
+
+    def settings(self) -> dict[str, Any]:
+        options = self._session_options
+        return {
+            "num_threads": options.intra_op_num_threads or None,
+            "num_interop_threads": options.inter_op_num_threads or None,
+            "graph_optimization": self.options.graph_optimization,
+            "execution_provider": "CPUExecutionProvider",
+            "device": self.device,
+        }
+
+    def versions(self) -> dict[str, str]:
+        return {"onnxruntime": ort.__version__}
+
+
+def make_backend(settings: BackendSettings) -> OnnxRuntimeBackend:
+    """The ONNX Runtime backend for `settings`."""
+    return OnnxRuntimeBackend(
+        mode=settings.mode, device=settings.device, precision=settings.precision, options=settings.options, num_threads=settings.num_threads,
+        num_interop_threads=settings.num_interop_threads, seed=settings.seed, cache_dir=settings.cache_dir,
+    )  # fmt: skip
+
+
+INFO = register(
+    BackendInfo(
+        framework="onnxruntime",
+        description="ONNX Runtime: the PyTorch model exported to ONNX, run by an InferenceSession (CPU execution provider)",
+        modes=("session",),
+        precisions=("float32", "int8"),
+        devices=("cpu",),  # the onnxruntime package runs on the CPU; CUDA needs onnxruntime-gpu
+        options=OnnxRuntimeOptions,
+        make=make_backend,
+        model_class="pytorch",
+        versions=("onnxruntime", "onnx", "onnxscript", "torch"),
+        oom_messages=("Failed to allocate memory", "bad_alloc"),
+    )
+)

@@ -1,0 +1,106 @@
+"""OpenVINO: the PyTorch model's ONNX export (shared with ONNX Runtime) converted with
+`openvino.convert_model` and compiled for the CPU, with the inference precision set explicitly
+(OpenVINO's CPU plugin runs in bfloat16 by default where the CPU has AMX, so float32 must ask for f32).
+
+Converting from the PyTorch model directly (`convert_model(model, example_input=...)`) fails for
+XLNet and XLM in openvino 2026.4 with transformers 4.57; their ONNX exports convert.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from benchlib.backends import BackendInfo, BackendSettings, lazy_import, register
+from benchlib.backends._export import Exported, ExportedBackend
+from benchlib.backends.pytorch import bfloat16_unsupported
+from benchlib.catalogue import ModelSpec
+
+ov = lazy_import("openvino")
+
+INFERENCE_PRECISION = {"float32": "f32", "bfloat16": "bf16"}
+
+
+class OpenVinoOptions(BaseModel):
+    """OpenVINO's own parameters (`options:` in an environment file)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    performance_hint: Literal["LATENCY", "THROUGHPUT"] = "LATENCY"  # LATENCY: one stream, as every other backend runs
+
+
+@dataclass
+class OpenVinoBackend(ExportedBackend):
+    """Runs catalogue models with OpenVINO's CPU plugin."""
+
+    mode: str = "compiled"
+    device: str = "cpu"
+    precision: str = "float32"
+    options: OpenVinoOptions = OpenVinoOptions()
+    num_threads: int | None = None
+    num_interop_threads: int | None = None
+    seed: int = 0
+    cache_dir: Path | None = None
+    framework: str = "openvino"
+
+    def __post_init__(self) -> None:
+        self._core = ov.Core()
+        self._config = {"INFERENCE_PRECISION_HINT": INFERENCE_PRECISION[self.precision], "PERFORMANCE_HINT": self.options.performance_hint}
+        if self.num_threads:
+            self._config["INFERENCE_NUM_THREADS"] = self.num_threads
+        self._compiled: Any = None
+
+    def unsupported(self) -> str | None:
+        return bfloat16_unsupported() if self.precision == "bfloat16" else None
+
+    def build(self, spec: ModelSpec, scale: str) -> Exported:
+        reference, path = self.export(spec, scale)
+        self._compiled = self._core.compile_model(ov.convert_model(str(path)), "CPU", self._config)
+        return Exported(self._compiled, reference, path)
+
+    def prepare(self, built: Exported, inputs: np.ndarray) -> Callable[[], Any]:
+        request = built.runner.create_infer_request()
+
+        def call() -> Any:
+            return request.infer({0: inputs})
+
+        return call
+
+    def settings(self) -> dict[str, Any]:
+        asked = {"num_threads": self.num_threads, "inference_precision": self._config["INFERENCE_PRECISION_HINT"]}
+        if self._compiled is None:  # before a model is compiled, what was asked for
+            return {**asked, "performance_hint": self.options.performance_hint, "device": self.device}
+        read = {key: str(self._compiled.get_property(key)) for key in ("INFERENCE_NUM_THREADS", "INFERENCE_PRECISION_HINT", "PERFORMANCE_HINT", "NUM_STREAMS")}
+        return {**asked, **{key.lower(): value for key, value in read.items()}, "device": self.device}
+
+    def versions(self) -> dict[str, str]:
+        return {"openvino": ov.get_version()}
+
+
+def make_backend(settings: BackendSettings) -> OpenVinoBackend:
+    """The OpenVINO backend for `settings`."""
+    return OpenVinoBackend(
+        mode=settings.mode, device=settings.device, precision=settings.precision, options=settings.options, num_threads=settings.num_threads,
+        num_interop_threads=settings.num_interop_threads, seed=settings.seed, cache_dir=settings.cache_dir,
+    )  # fmt: skip
+
+
+INFO = register(
+    BackendInfo(
+        framework="openvino",
+        description="OpenVINO: the ONNX export converted with openvino.convert_model and compiled for the CPU",
+        modes=("compiled",),
+        precisions=("float32", "bfloat16"),
+        devices=("cpu",),  # OpenVINO's GPU plugin is for Intel GPUs
+        options=OpenVinoOptions,
+        make=make_backend,
+        model_class="pytorch",
+        versions=("openvino", "onnx", "torch"),
+        oom_messages=("bad_alloc", "Failed to allocate"),
+    )
+)
