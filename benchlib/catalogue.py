@@ -32,13 +32,14 @@ class ModelSpec:
         """Whether the study measures this sequence length for this model."""
         return self.max_sequence_length is None or sequence_length <= self.max_sequence_length
 
-    def unsupported_reason(self, framework: str, mode: str) -> str | None:
-        """Why this model cannot run in `framework`/`mode`, or None when it can. The keys that apply
-        come from the backends' registry: `framework/mode`, `framework`, then the framework whose
-        model it starts from (an ONNX export of a PyTorch model fails where PyTorch does)."""
+    def unsupported_reason(self, framework: str, mode: str, precision: str = "float32") -> str | None:
+        """Why this model cannot run in `framework`/`mode` at `precision`, or None when it can. The keys
+        that apply come from the backends' registry: `framework/mode`, `framework/precision`,
+        `framework`, then the framework whose model it starts from (an ONNX export of a PyTorch
+        model fails where PyTorch does)."""
         from benchlib.backends import backend_info
 
-        keys = backend_info(framework).unsupported_keys(mode)
+        keys = backend_info(framework).unsupported_keys(mode, precision)
         return next((self.unsupported[key] for key in keys if key in self.unsupported), None)
 
     def config_values(self, scale: str = "full", **overrides: Any) -> dict[str, Any]:

@@ -5,10 +5,16 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
+
+import psutil
 
 LOCK_FILE = ".lock"
+EXIT_WAIT_S = 10.0  # how long a holder that is exiting may keep the lock
 
 
 class FolderInUseError(RuntimeError):
@@ -25,9 +31,7 @@ def environment_lock(output_dir: Path) -> Iterator[None]:
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     with open(output_dir / LOCK_FILE, "a+", encoding="utf-8") as file:
-        try:
-            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not _acquire(file):
             file.seek(0)
             holder = file.read().strip() or "another process"
             raise FolderInUseError(
@@ -41,6 +45,32 @@ def environment_lock(output_dir: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(file, fcntl.LOCK_UN)
+
+
+def _holder_exiting(file: IO[str]) -> bool:
+    """Whether the process named in the lock file is exiting: its main thread has ended (a zombie) while
+    its other threads are still being torn down, holding the lock for a moment (a kernel whose runner died)."""
+    file.seek(0)
+    match = re.fullmatch(r"pid (\d+)", file.read().strip())
+    try:
+        return bool(match) and psutil.Process(int(match.group(1))).status() == psutil.STATUS_ZOMBIE
+    except psutil.ZombieProcess:
+        return True
+    except psutil.Error:
+        return False
+
+
+def _acquire(file: IO[str]) -> bool:
+    """Take the lock on `file` without waiting, or after a holder that is exiting has gone (up to EXIT_WAIT_S)."""
+    deadline = time.monotonic() + EXIT_WAIT_S
+    while True:
+        try:
+            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if not _holder_exiting(file) or time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
 
 
 def check_free(output_dir: Path) -> None:

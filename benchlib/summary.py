@@ -60,8 +60,10 @@ class Selector:
     precision: str = DEFAULT_PRECISION
 
     def select(self, rows: pd.DataFrame) -> list[str]:
-        """The environments of `rows` (prepared) that this selector picks, in order of appearance."""
-        chosen = rows[(rows["framework"] == self.framework) & (rows["mode"] == self.mode) & (rows["precision"] == self.precision)]
+        """The environments of `rows` (prepared) that this selector picks, in order of appearance: with the
+        backend's default options (an environment that sets options, e.g. another attention, is another way)."""
+        picked = (rows["framework"] == self.framework) & (rows["mode"] == self.mode) & (rows["precision"] == self.precision)
+        chosen = rows[picked & (rows["options"] == "")]
         return list(dict.fromkeys(chosen["environment"]))
 
     def describe(self) -> str:
@@ -119,7 +121,8 @@ def get_comparison(name: str | Comparison) -> Comparison:
 
 
 def machine_label(environment: dict[str, Any], device: str) -> str:
-    """A readable name for the hardware behind `device`: the GPU's name on cuda, else the CPU and its cores."""
+    """A readable name for the hardware behind `device`: the GPU's name on cuda, else the CPU, its cores
+    and the machine's memory. Environments are compared only within one label."""
     machine = environment.get("machine") or {}
     if device.split(":")[0] == "cuda":
         gpus = machine.get("gpus") or []
@@ -132,7 +135,8 @@ def machine_label(environment: dict[str, Any], device: str) -> str:
     cores = machine.get("affinity_cores") or machine.get("logical_cores")
     if not cpu:
         return UNKNOWN_MACHINE
-    return f"{cpu}, {cores} cores" if cores else cpu
+    memory = machine.get("memory_bytes")
+    return ", ".join([cpu, *([f"{cores} cores"] if cores else []), *([f"{memory / 2**30:.0f} GiB"] if memory else [])])
 
 
 def _environment_rows(env_dir: Path, run: str) -> pd.DataFrame:
@@ -219,13 +223,15 @@ def default_run_dirs(outputs: str | os.PathLike[str] | None = None) -> list[Path
 
 def prepare(rows: pd.DataFrame) -> pd.DataFrame:
     """`rows` ready for the tables: `device_type` (cpu, cuda) and `machine` filled in where missing, `precision`
-    float32 where missing or blank, `max_abs_diff` a number (NaN where not compared), sizes as integers, and each
+    float32 where missing or blank, `options` "" (the backend's defaults) where missing, `max_abs_diff` a number (NaN where not compared), sizes as integers, and each
     cell's `time_s`, `values` and `disturbed` (from `collapse_rounds`, or from the row itself)."""
     rows = rows.copy()
     if "machine" not in rows:
         rows["machine"] = UNKNOWN_MACHINE
     precisions = rows["precision"] if "precision" in rows else [None] * len(rows)
     rows["precision"] = [p if isinstance(p, str) and p else DEFAULT_PRECISION for p in precisions]
+    options = rows["options"] if "options" in rows else [None] * len(rows)
+    rows["options"] = [o if isinstance(o, str) else "" for o in options]
     rows["max_abs_diff"] = pd.to_numeric(rows["max_abs_diff"], errors="coerce") if "max_abs_diff" in rows else math.nan
     rows["device_type"] = [str(d).split(":")[0] for d in rows["device"]]
     rows["mean_s"] = pd.to_numeric(rows["mean_s"], errors="coerce")

@@ -12,7 +12,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from benchlib import status
-from benchlib.backends import TOLERANCE, Backend, is_out_of_memory, load_backend, versions_of
+from benchlib.backends import TOLERANCE, Backend, backend_info, is_out_of_memory, load_backend, versions_of
 from benchlib.backends._export import EXPORTS_DIR
 from benchlib.catalogue import ModelSpec, get_model
 from benchlib.environment_info import describe_environment
@@ -91,7 +91,7 @@ def sweep_model(
 
     `begin(cell)` is called before a cell's model is built or measured, `emit(cell, status, ...)` when it ends.
     """
-    unsupported = spec.unsupported_reason(params.framework, params.mode) or backend.unsupported()
+    unsupported = spec.unsupported_reason(params.framework, params.mode, params.precision) or backend.unsupported()
     model, build_failure, attention = None, None, ""
     for batch_size, sequence_length in shapes:
         cell = (spec.name, batch_size, sequence_length)
@@ -127,6 +127,13 @@ def cells_to_remeasure(rows: pd.DataFrame, grid: list[Cell], attempt: int) -> li
     disturbed = rows[(rows["status"] == status.OK) & is_true(rows["disturbed"]) & (rows["attempts"] < attempt)]
     again = set(finished_cells(disturbed))  # rows of the current round only: see `_run_locked`
     return [cell for cell in grid if cell in again]
+
+
+def changed_options(params: BenchmarkParams) -> str:
+    """The backend options that differ from its defaults, as JSON ("" when none): the `options` column."""
+    defaults = backend_info(params.framework).options().model_dump()
+    changed = {key: value for key, value in params.options.items() if defaults.get(key) != value}
+    return json.dumps(changed, sort_keys=True) if changed else ""
 
 
 def run_environment(params: dict[str, Any] | BenchmarkParams, progress: bool = True) -> pd.DataFrame:
@@ -175,6 +182,7 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
     description["probe_workload"] = PROBE_WORKLOAD
     probes = _earlier_probes(output_dir) if resuming else []
     environment = {key: getattr(params, key) for key in ("environment", "framework", "mode", "precision", "device", "model_scale")}
+    environment["options"] = changed_options(params)
     environment["round"] = params.current_round
 
     def probe(label: str) -> float | str:

@@ -60,6 +60,7 @@ def test_a_backend_registered_elsewhere_appears_in_validation_modes_oom_and_envi
 
     rows = run_environment(params, progress=False)
     assert rows["status"].tolist() == [status.OK] and rows["framework"].tolist() == ["test-backend"]
+    assert rows["options"].tolist() == ['{"layout": "columns"}']
     environment = json.loads((tmp_path / "run" / "env" / ENVIRONMENT_FILE).read_text())
     assert environment["software"]["torch"] == importlib.metadata.version("torch")
     assert environment["software"]["numpy"] and environment["parameters"]["options"] == {"layout": "columns"}
@@ -104,6 +105,16 @@ def test_ctrl_does_not_compile_because_upstream_fails():
     # If this stops failing, torch or transformers fixed it: drop ctrl's `pytorch/compile` entry.
     with pytest.raises(Exception, match="scale"), backend.inference_context():
         backend.prepare(built, backend.make_inputs(1000, 1, 8, seed=0))
+
+
+def test_ctrl_cast_to_bfloat16_fails_because_upstream_keeps_a_float32_encoding():
+    assert "positional encoding" in get_model("ctrl").unsupported_reason("pytorch", "eager", "bfloat16")
+    assert get_model("ctrl").unsupported_reason("openvino", "compiled", "bfloat16") is None  # a precision hint, not a cast
+    backend = load_backend("pytorch", "eager", precision="bfloat16")
+    built = backend.build(get_model("ctrl"), "tiny")
+    # If this stops failing, transformers fixed it: drop ctrl's `pytorch/bfloat16` and `pytorch/float16` entries.
+    with pytest.raises(RuntimeError, match="mixed dtype"), backend.inference_context():
+        backend.prepare(built, backend.make_inputs(1000, 1, 8, seed=0))()
 
 
 def test_openvino_converts_xlnet_only_through_its_onnx_export():
@@ -184,6 +195,7 @@ def test_attention_implementation_is_a_parameter_and_a_model_without_it_is_unsup
     assert by_model.loc["bert-base-cased", "status"] == status.OK and by_model.loc["bert-base-cased", "attn_implementation"] == "sdpa"
     assert by_model.loc["xlnet-base-cased", "status"] == status.UNSUPPORTED
     assert "XLNetModel does not support an attention implementation through torch.nn.functional.scaled_dot_product_attention" in by_model.loc["xlnet-base-cased", "reason"]
+    assert set(by_model["options"]) == {'{"attn_implementation": "sdpa"}'}  # set apart from the backend's default
     eager = run_environment({**params, "options": {"attn_implementation": "eager"}, "output_dir": str(tmp_path / "eager")}, progress=False)
     assert set(eager["attn_implementation"]) == {"eager"} and set(eager["status"]) == {status.OK}
 

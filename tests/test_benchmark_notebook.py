@@ -52,6 +52,7 @@ def check_rows(output_dir: Path, grid: dict, environment: dict) -> None:
     assert all(math.isnan(value) for value in others["mean_s"])
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("environment", CPU_ENVIRONMENTS)
 def test_smoke_grid_in_each_cpu_environment(smoke_run: Path, environment: str) -> None:
     env = yaml.safe_load((PARAMETERS_DIR / "environments" / f"{environment}.yaml").read_text())
@@ -89,6 +90,7 @@ def test_parameters_cell_declares_the_parameters() -> None:
     assert list(papermill.inspect_notebook(str(NOTEBOOK))) == PARAMETER_NAMES
 
 
+@pytest.mark.e2e
 def test_notebook_runs_with_its_defaults(tmp_path: Path) -> None:
     """As a user in JupyterLab would run it: its own defaults, only the output folder moved."""
     defaults = {name: ast.literal_eval(p["default"]) for name, p in papermill.inspect_notebook(str(NOTEBOOK)).items()}

@@ -104,6 +104,7 @@ def test_transformer_xl_pytorch_is_unsupported_because_upstream_fails():
         backend.prepare(model, backend.make_inputs(spec.vocab_size("tiny"), 1, 8, seed=0))()
 
 
+@pytest.mark.e2e
 def test_tiny_models_run_in_tensorflow_function_and_xla():
     results = run_python(
         """
@@ -129,6 +130,7 @@ def test_tiny_models_run_in_tensorflow_function_and_xla():
 OUTPUT_FIELDS = ("use_cache", "output_attentions", "output_hidden_states", "use_mems_eval")
 
 
+@pytest.mark.e2e
 def test_every_mode_computes_the_same_thing():
     """The same configuration overrides in eager, TorchScript, tf.function and XLA (e.g. no key/value cache)."""
     fields = f"{OUTPUT_FIELDS!r}"

@@ -28,9 +28,10 @@ def write_yaml(path: Path, values: dict) -> Path:
 
 def test_shipped_parameter_files_all_validate(tmp_path: Path) -> None:
     environments = sorted(path.stem for path in PARAMETERS_DIR.glob("environments/*.yaml"))
-    assert environments == sorted(
-        f"{device}-{name}" for device in ("cpu", "gpu") for name in ("pytorch", "torchscript", "tensorflow", "tensorflow-xla")
-    )
+    study = [f"{device}-{name}" for device in ("cpu", "gpu") for name in ("pytorch", "torchscript", "tensorflow", "tensorflow-xla")]
+    today = ["cpu-torch-compile", "cpu-pytorch-bf16", "cpu-pytorch-eager-attention", "cpu-onnxruntime", "cpu-onnxruntime-int8",
+             "cpu-openvino", "cpu-openvino-bf16", "gpu-torch-compile", "gpu-pytorch-fp16"]  # fmt: skip
+    assert environments == sorted(study + today)
     for grid in ("quick", "article", "smoke"):
         jobs = plan_run(tmp_path, grid, environments)
         assert [job.name for job in jobs] == environments
@@ -101,8 +102,10 @@ def test_bad_parameters_are_reported_one_line_each_before_anything_runs(tmp_path
 
 
 def test_duplicate_and_unsafe_environment_names_are_refused(tmp_path: Path) -> None:
+    assert [job.name for job in plan_run(tmp_path, "smoke", ["cpu-pytorch", "study"])] == expand_environments(["study"])  # named once
+    twin = write_yaml(tmp_path / "twin.yaml", {"environment": "cpu-pytorch", "framework": "pytorch", "mode": "eager"})
     with pytest.raises(ParameterError, match="'cpu-pytorch' appears more than once"):
-        plan_run(tmp_path, "smoke", ["cpu-pytorch", "cpu-pytorch"])
+        plan_run(tmp_path, "smoke", ["cpu-pytorch", twin])
     escape = write_yaml(tmp_path / "escape.yaml", {"environment": "../up", "framework": "pytorch", "mode": "eager"})
     with pytest.raises(ParameterError, match="environment: '../up' must start with a letter or digit"):
         plan_run(tmp_path, "smoke", [escape])
@@ -137,6 +140,7 @@ def kernel_processes(pid: int) -> list[psutil.Process]:
     return found
 
 
+@pytest.mark.e2e
 def test_an_environment_whose_kernel_dies_does_not_stop_the_others(tmp_path: Path) -> None:
     """The first environment's kernel is killed mid-sweep (no restart allowed); the second still runs; the exit status says one failed."""
     victim = write_yaml(tmp_path / "victim.yaml", {"environment": "cpu-victim", "framework": "pytorch", "mode": "eager", "num_threads": 1, "repeat": 2000})

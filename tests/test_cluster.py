@@ -74,6 +74,7 @@ def test_cluster_addresses() -> None:
     assert parse_cluster_address("local:3") == 3
 
 
+@pytest.mark.e2e
 def test_no_scheduler_at_the_address_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     address = f"tcp://127.0.0.1:{free_port()}"
     assert main(["run", "--grid", "smoke", "--out", str(tmp_path / "run"), "--cluster", address, "--no-summary"]) == 2

@@ -10,6 +10,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from benchlib import read_results
@@ -32,6 +33,7 @@ def complete_lines(data: bytes) -> bytes:
     return data[: data.rfind(b"\n") + 1]
 
 
+@pytest.mark.e2e
 def test_killed_kernel_costs_only_the_cell_in_flight(tmp_path):
     env_dir = tmp_path / "run" / "cpu-pytorch"
     runner = subprocess.Popen(smoke(tmp_path / "run"), cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -64,6 +66,7 @@ def test_killed_kernel_costs_only_the_cell_in_flight(tmp_path):
     assert (env_dir / "results.csv").read_bytes() == after  # nothing measured twice
 
 
+@pytest.mark.e2e
 def test_a_second_run_on_a_folder_in_use_is_refused(tmp_path):
     env_dir = tmp_path / "run" / "cpu-pytorch"
     first = subprocess.Popen(smoke(tmp_path / "run"), cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -106,6 +109,7 @@ sys.addaudithook(_hook)
 """
 
 
+@pytest.mark.e2e
 def test_run_completes_with_the_network_blocked(tmp_path):
     blocker = tmp_path / "blocker"
     blocker.mkdir()
@@ -126,6 +130,7 @@ def test_run_completes_with_the_network_blocked(tmp_path):
     assert not log.exists(), log.read_text()  # the kit tried no connection at all
 
 
+@pytest.mark.e2e
 def test_force_measures_again_and_keeps_the_earlier_results(tmp_path):
     models = tmp_path / "models.yaml"
     models.write_text("models: [gpt2]\n")

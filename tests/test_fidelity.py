@@ -65,6 +65,7 @@ def test_summary_checks_each_target():
     assert figures.met.tolist() == [True, True, True, False]
 
 
+@pytest.mark.e2e
 def test_notebook_runs_with_papermill_and_prints_the_figures(tmp_path):
     output = tmp_path / "timer_fidelity.ipynb"
     papermill.execute_notebook(

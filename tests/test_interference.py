@@ -48,6 +48,7 @@ def metered(work) -> Interference:
     return meter.stop()
 
 
+@pytest.mark.e2e
 def test_a_busy_process_beside_the_measured_calls_is_interference():
     with busy_process():
         result = metered(lambda: busy_for(1.0))
@@ -80,6 +81,7 @@ def params(tmp_path, **overrides):
     return {**values, **overrides}
 
 
+@pytest.mark.e2e
 def test_cells_measured_beside_a_busy_process_are_disturbed_and_quiet_ones_are_not(tmp_path):
     with busy_process():
         loud = run_environment(params(tmp_path, remeasure=0, output_dir=str(tmp_path / "loud")), progress=False)

@@ -54,6 +54,7 @@ def lab(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
         log.close()
 
 
+@pytest.mark.e2e
 def test_lab_lists_the_notebooks_and_offers_this_environments_kernel(lab: tuple[str, dict[str, str]]) -> None:
     url, headers = lab
     assert requests.get(f"{url}/api/contents/notebooks", timeout=10).status_code == 403  # the token is required

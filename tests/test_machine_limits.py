@@ -202,6 +202,7 @@ def test_cuda_path_synchronises_before_every_clock_read(monkeypatch):
         assert "sync" in before[last_call + 1 :], f"clock read {read} follows a call with no synchronisation: {log[: read + 1]}"
 
 
+@pytest.mark.e2e
 def test_notebook_runs_with_papermill_with_small_sizes(tmp_path):
     output = tmp_path / "machine_limits.ipynb"
     papermill.execute_notebook(

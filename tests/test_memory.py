@@ -39,6 +39,7 @@ def test_bigger_input_bigger_peak_on_a_real_pytorch_cell(tmp_path, batch_sizes):
     assert peak[(1, 8)] < peak[(32, 512)] and peak[(1, 512)] < peak[(32, 512)]
 
 
+@pytest.mark.e2e
 def test_bigger_input_bigger_peak_on_a_real_tensorflow_cell(tmp_path):
     rows = run_python(f"""
         import json
@@ -86,6 +87,7 @@ def test_cuda_peak_uses_pytorch_counters_reset_before_the_cell(monkeypatch):
     assert calls == [("reset", "cuda:1"), ("peak", "cuda:1")] and peak.bytes == 7 * MIB
 
 
+@pytest.mark.e2e
 def test_gpu_peak_uses_tensorflow_counters_reset_before_the_cell():
     result = run_python("""
         import json
@@ -106,6 +108,7 @@ def test_gpu_peak_uses_tensorflow_counters_reset_before_the_cell():
     assert result["after"] == [["reset", "GPU:0"], ["info", "GPU:0"]] and result["bytes"] == 5 * MIB
 
 
+@pytest.mark.e2e
 def test_gpu_sync_waits_for_the_device_without_copying_the_output():
     result = run_python("""
         import json

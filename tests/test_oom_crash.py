@@ -36,6 +36,7 @@ def cells(rows) -> list[tuple[str, int, int]]:
     return list(zip(rows.model, rows.batch_size, rows.sequence_length))
 
 
+@pytest.mark.e2e
 def test_out_of_memory_reported_in_the_kernel_ends_one_cell(run_cli, tmp_path):
     # The attention scores of 4096 x 256 tokens (4096 x 2 heads x 256 x 256 floats: 2 GiB) do not
     # fit under 2 GiB: the allocation fails in the kernel, which reports it and goes on.
@@ -98,6 +99,7 @@ def killed_at_low_memory(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path
     return tmp_path / "run" / "cpu-tensorflow", highest
 
 
+@pytest.mark.e2e
 def test_kernel_killed_at_low_memory_stays_crashed(killed_at_low_memory):
     env_dir, _ = killed_at_low_memory
     rows = read_results(env_dir)
@@ -105,6 +107,7 @@ def test_kernel_killed_at_low_memory_stays_crashed(killed_at_low_memory):
     assert rows.reason[0].startswith("DeadKernelError: Kernel died (measuring since "), rows.reason[0]
 
 
+@pytest.mark.e2e
 def test_kernel_dying_at_the_memory_limit_is_oom(killed_at_low_memory, tmp_path):
     # The same cell under a limit just above the data memory it needs: a segmentation fault
     # at the limit, as TensorFlow's when an allocation it does not check fails.

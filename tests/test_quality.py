@@ -229,15 +229,18 @@ def test_machine_description_names_cpu_cores_memory_and_gpus():
 def test_environments_compared_across_machines_of_different_types_are_flagged():
     same = [on_host(probed("cpu-pytorch", [0.1]), "a"), on_host(probed("cpu-tensorflow", [0.1], start=10), "b")]
     assert quality.machine_warnings(same) == [] and quality.probe_warnings(same) == []
-    other = [same[0], on_host(probed("cpu-tensorflow", [0.1], start=10), "b", memory_gib=16), on_host(probed("cpu-xla", [0.1], start=20), "c", memory_gib=16)]
+    v100 = [{"name": "Tesla V100", "memory": "16384 MiB"}]
+    other = [same[0], on_host(probed("cpu-tensorflow", [0.1], start=10), "b", gpus=v100), on_host(probed("cpu-xla", [0.1], start=20), "c", gpus=v100)]
     assert quality.machine_warnings(other) == [
-        "On CPU One, 2 cores (cpu) the environments compared ran on machines of different types "
-        "(CPU One, 2 cores, 16 GiB, no GPU: cpu-tensorflow and cpu-xla; CPU One, 2 cores, 24 GiB, no GPU: cpu-pytorch): "
+        "On CPU One, 2 cores, 24 GiB (cpu) the environments compared ran on machines of different types "
+        "(CPU One, 2 cores, 24 GiB, Tesla V100 16384 MiB: cpu-tensorflow and cpu-xla; CPU One, 2 cores, 24 GiB, no GPU: cpu-pytorch): "
         "their times differ by machine as well as by environment; run them on machines of one type to compare them."
     ]
     assert quality.probe_warnings(other) == quality.machine_warnings(other)
-    elsewhere = [same[0], on_host(probed("cpu-other", [0.1], cpu="CPU Two"), "d", memory_gib=16)]
+    elsewhere = [same[0], on_host(probed("cpu-other", [0.1], cpu="CPU Two"), "d")]
     assert quality.machine_warnings(elsewhere) == []  # another CPU: the summary does not compare them
+    smaller = [same[0], on_host(probed("cpu-other", [0.1]), "d", memory_gib=16)]
+    assert quality.machine_warnings(smaller) == []  # other memory: not compared either (summary.machine_label)
 
 
 def test_machines_of_one_type_that_differ_in_speed_by_more_than_5_percent_are_flagged():
@@ -260,7 +263,7 @@ def test_machines_of_one_type_that_differ_in_speed_by_more_than_5_percent_are_fl
 def test_the_speed_of_one_machine_is_checked_per_host():
     varied = [on_host(probed("cpu-pytorch", [0.100, 0.101]), "a"), on_host(probed("cpu-tensorflow", [0.115, 0.114], start=10), "a"), on_host(probed("cpu-xla", [0.100], start=20), "b")]
     warnings = quality.probe_warnings(varied)
-    assert warnings[0].startswith("On CPU One, 2 cores (cpu, host a) the median speed probe differed by 14% between environments, from 100.5 ms (cpu-pytorch) to 114.5 ms (cpu-tensorflow)")
+    assert warnings[0].startswith("On CPU One, 2 cores, 24 GiB (cpu, host a) the median speed probe differed by 14% between environments, from 100.5 ms (cpu-pytorch) to 114.5 ms (cpu-tensorflow)")
     assert len(warnings) == 2 and warnings[1].startswith(  # a's median over both of its environments' probes
         "Machines of one type (CPU One, 2 cores, 24 GiB, no GPU) differ in speed by 7% (median speed probe per machine: a 107.5 ms (cpu-pytorch and cpu-tensorflow); b 100.0 ms (cpu-xla))"
     )

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from benchlib import read_results
@@ -32,6 +33,7 @@ def test_rounds_rotate_the_order_of_environments(tmp_path):
     assert [job.params.current_round for job in round_schedule(plan_run(tmp_path / "one", "smoke", environments[:2]))] == [1, 1]
 
 
+@pytest.mark.e2e
 def test_a_round_killed_mid_cell_goes_on_where_it_stopped(tmp_path):
     grid = params_file(tmp_path, models=["bert-base-cased", "gpt2", "distilgpt2"], sequence_lengths=[8, 16], rounds=2, remeasure=0)
     run_dir = tmp_path / "run"

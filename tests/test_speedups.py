@@ -168,9 +168,10 @@ def test_precision_defaults_to_float32_and_selects_the_baseline(rows: pd.DataFra
     prepared = summary.prepare(rows.drop(columns=["precision"]))
     assert set(prepared["precision"]) == {"float32"}
     assert summary.BASELINE.select(summary.prepare(rows)) == ["cpu-pytorch"]  # not the bfloat16 or float16 ones
-    compared = rows[rows["environment"].isin(["cpu-pytorch", "cpu-pytorch-bf16"])]
-    averages = summary.framework_averages(compared).set_index("environment")
-    assert averages.loc["cpu-pytorch", "verdict"] == "baseline" and averages.loc["cpu-pytorch-bf16", "vs_baseline"] == pytest.approx(0.8)
+    # The study's averages are over its four ways only; the bfloat16 one is in the speed-ups, against the float32 baseline.
+    averages = summary.framework_averages(rows).set_index("environment")
+    assert averages.loc["cpu-pytorch", "verdict"] == "baseline" and "cpu-pytorch-bf16" not in averages.index
+    assert speedups.speedups(rows).set_index("environment").loc["cpu-pytorch-bf16", "speedup"] == pytest.approx(1.25)
 
 
 def test_a_comparison_is_one_line_of_data(rows: pd.DataFrame) -> None:
@@ -204,3 +205,11 @@ def test_show_table_leaves_out_the_index_and_constant_columns(rows: pd.DataFrame
     assert list(view.columns) == ["model", "1x8", "1x64"] and caption == ""  # the index becomes a column
     one_row, caption = report.table_view(table.iloc[:1])
     assert list(one_row.columns) == list(table.columns) and caption == ""  # one row: nothing is constant
+
+
+def test_an_environment_with_other_options_is_another_way_not_the_baseline(rows: pd.DataFrame) -> None:
+    other_attention = rows[rows["environment"] == "cpu-pytorch"].assign(environment="cpu-pytorch-eager-attention", options='{"attn_implementation": "eager"}')
+    both = pd.concat([rows, other_attention], ignore_index=True)
+    assert summary.BASELINE.select(summary.prepare(both)) == ["cpu-pytorch"]
+    assert "cpu-pytorch-eager-attention" not in set(summary.framework_averages(both)["environment"])
+    assert "cpu-pytorch-eager-attention" in set(speedups.speedups(both)["environment"])

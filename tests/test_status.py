@@ -21,6 +21,7 @@ def test_cuda_and_python_out_of_memory():
     assert is_out_of_memory(MemoryError())
 
 
+@pytest.mark.e2e
 def test_tensorflow_resource_exhausted_is_out_of_memory():
     found = run_python(
         """

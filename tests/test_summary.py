@@ -292,7 +292,7 @@ def write_environment(env_dir, rows: pd.DataFrame, machine: dict) -> None:
 
 
 def test_load_runs_adds_machine_and_device_and_keeps_environments_apart(tmp_path) -> None:
-    laptop = {"hostname": "a", "cpu": "Intel(R) Xeon(R)  CPU @ 2.20GHz", "logical_cores": 4, "affinity_cores": 2, "gpus": []}
+    laptop = {"hostname": "a", "cpu": "Intel(R) Xeon(R)  CPU @ 2.20GHz", "logical_cores": 4, "affinity_cores": 2, "memory_bytes": 16 * 2**30, "gpus": []}
     gpu_box = {"hostname": "b", "cpu": "AMD EPYC", "logical_cores": 12, "gpus": [{"name": "Tesla V100-SXM2-16GB", "memory": "16384 MiB"}]}
     pytorch = frame(cell("cpu-pytorch", "gpt2", "1x8", mean_s=1.0, peak_memory_bytes=123, noisy=False))
     write_environment(tmp_path / "run1" / "cpu-pytorch", pytorch, laptop)
@@ -303,7 +303,7 @@ def test_load_runs_adds_machine_and_device_and_keeps_environments_apart(tmp_path
     rows = summary.load_runs([tmp_path / "run1", tmp_path / "run2"])
     machines = dict(zip(rows["environment"], rows["machine"]))
     assert machines == {
-        "cpu-pytorch@run1": "Intel(R) Xeon(R) CPU @ 2.20GHz, 2 cores",
+        "cpu-pytorch@run1": "Intel(R) Xeon(R) CPU @ 2.20GHz, 2 cores, 16 GiB",  # machines differing in memory are not compared
         "cpu-pytorch@run2": "AMD EPYC, 12 cores",
         "gpu-pytorch": "Tesla V100-SXM2-16GB 16384 MiB",
     }

@@ -30,6 +30,7 @@ def page_text(html: Path) -> str:
     return html.read_text(encoding="utf-8")
 
 
+@pytest.mark.e2e
 def test_summary_renders_html_tables_and_figures(smoke_run: Path, tmp_path: Path) -> None:
     run = shutil.copytree(smoke_run, tmp_path / "run")
     html = render_summary([run])
@@ -87,6 +88,7 @@ def test_summary_renders_html_tables_and_figures(smoke_run: Path, tmp_path: Path
     assert executed.metadata.papermill.parameters == {"run_dirs": [str(run)], "output_dir": str(run)}
 
 
+@pytest.mark.e2e
 def test_partial_run_without_xla_renders_what_is_there(smoke_run: Path, tmp_path: Path) -> None:
     run = tmp_path / "partial"
     for environment in ("cpu-pytorch", "cpu-tensorflow"):
@@ -112,6 +114,7 @@ def test_render_summary_names_a_missing_run_folder(tmp_path: Path) -> None:
         render_summary([tmp_path / "nowhere"])
 
 
+@pytest.mark.e2e
 def test_a_run_from_before_interference_and_probes_renders_and_says_so(tmp_path: Path) -> None:
     run = tmp_path / "old"
     for environment in ("cpu-pytorch", "cpu-tensorflow"):

@@ -68,6 +68,7 @@ def test_pytorch_out_of_memory_ends_one_cell_and_the_sweep_goes_on(tmp_path):
     assert "can't allocate memory" in rows.reason[0]
 
 
+@pytest.mark.e2e
 def test_tensorflow_out_of_memory_ends_one_cell_and_the_sweep_goes_on(tmp_path):
     grid = params(
         tmp_path, environment="cpu-tensorflow", framework="tensorflow", mode="function",
@@ -166,6 +167,7 @@ def test_rerun_records_the_cell_that_was_in_flight_and_repairs_a_cut_off_row(tmp
     assert not (folder / "in_flight.json").exists()
 
 
+@pytest.mark.e2e
 def test_memory_limit_turns_an_oversized_cell_into_oom(tmp_path):
     grid = params(tmp_path, batch_sizes=[2**16, 1], sequence_lengths=[512], repeat=1, number=1, memory_limit_gb=3)
     found = run_python(

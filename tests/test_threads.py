@@ -18,6 +18,7 @@ RUN = """
 """
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("threads", [1, 2])
 def test_pytorch_threads_read_back(tmp_path, threads):
     out = str(tmp_path / "env")
@@ -33,6 +34,7 @@ def test_pytorch_threads_read_back(tmp_path, threads):
     assert after["omp_env_seen_by_torch"]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("threads", [1, 2])
 def test_tensorflow_threads_read_back(tmp_path, threads):
     out = str(tmp_path / "env")
@@ -56,6 +58,7 @@ def test_tensorflow_threads_read_back(tmp_path, threads):
     assert after["late"].startswith("num_threads: TensorFlow's runtime has already started in this process")
 
 
+@pytest.mark.e2e
 def test_tensorflow_default_threads_are_recorded_as_in_effect():
     recorded = run_python("""
         import json, os
@@ -67,6 +70,7 @@ def test_tensorflow_default_threads_are_recorded_as_in_effect():
     assert recorded["num_threads"] == recorded["cpus"]
 
 
+@pytest.mark.e2e
 def test_tensorflow_refuses_a_gpu_it_does_not_see():
     from tests.frameworks import run_python
 
@@ -83,6 +87,7 @@ def test_tensorflow_refuses_a_gpu_it_does_not_see():
     assert message == "device cuda: TensorFlow sees 0 GPU(s) on this machine"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("framework, mode", [("pytorch", "eager"), ("tensorflow", "function")])
 def test_cores_and_inter_op_threads_are_applied_and_read_back(framework, mode):
     recorded = run_python(f"""

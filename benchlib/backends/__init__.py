@@ -13,6 +13,7 @@ kernel imports only the framework it measures.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import pkgutil
@@ -54,6 +55,11 @@ class BackendSettings:
     seed: int = 0
     cache_dir: Path | None = None  # where exported models are kept (the run folder's exports/)
 
+    def make(self, backend_class: type[Any]) -> Any:
+        """An instance of the dataclass `backend_class`, given each of these settings it has a field for."""
+        names = {field.name for field in dataclasses.fields(backend_class)}
+        return backend_class(**{name: value for name, value in vars(self).items() if name in names})
+
 
 @dataclass(frozen=True)
 class BackendInfo:
@@ -71,9 +77,10 @@ class BackendInfo:
     oom_classes: tuple[str, ...] = ()  # exception class names that mean out of memory
     oom_messages: tuple[str, ...] = ()  # fragments of its allocators' error messages
 
-    def unsupported_keys(self, mode: str) -> tuple[str, ...]:
-        """The catalogue's `unsupported` keys that apply, most specific first."""
-        keys = (f"{self.framework}/{mode}", self.framework)
+    def unsupported_keys(self, mode: str, precision: str = "float32") -> tuple[str, ...]:
+        """The catalogue's `unsupported` keys that apply, most specific first: `framework/mode`,
+        `framework/precision`, `framework`, then the framework whose model it starts from."""
+        keys = (f"{self.framework}/{mode}", f"{self.framework}/{precision}", self.framework)
         return keys if self.model_class == self.framework else (*keys, self.model_class)
 
 

@@ -78,12 +78,17 @@ class Exported:
         return self.reference.config
 
 
+@dataclass
 class ExportedBackend:
-    """The parts of a backend that runs an exported model on the CPU."""
+    """The settings and the parts of a backend that runs an exported model on the CPU."""
 
-    device: str
-    seed: int
-    cache_dir: Path | None
+    mode: str
+    device: str = "cpu"
+    precision: str = "float32"
+    num_threads: int | None = None
+    num_interop_threads: int | None = None
+    seed: int = 0
+    cache_dir: Path | None = None
 
     def export(self, spec: ModelSpec, scale: str) -> tuple[Any, Path]:
         """(eager float32 reference, path of its ONNX export)."""

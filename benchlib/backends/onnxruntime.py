@@ -15,7 +15,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from benchlib.backends import BackendInfo, BackendSettings, lazy_import, register
+from benchlib.backends import BackendInfo, lazy_import, register
 from benchlib.backends._export import Exported, ExportedBackend
 from benchlib.catalogue import ModelSpec
 
@@ -57,14 +57,7 @@ def quantized(path: Path) -> Path:
 class OnnxRuntimeBackend(ExportedBackend):
     """Runs catalogue models exported to ONNX with ONNX Runtime's CPU execution provider."""
 
-    mode: str = "session"
-    device: str = "cpu"
-    precision: str = "float32"
     options: OnnxRuntimeOptions = OnnxRuntimeOptions()
-    num_threads: int | None = None
-    num_interop_threads: int | None = None
-    seed: int = 0
-    cache_dir: Path | None = None
     framework: str = "onnxruntime"
 
     def __post_init__(self) -> None:
@@ -106,14 +99,6 @@ class OnnxRuntimeBackend(ExportedBackend):
         return {"onnxruntime": ort.__version__}
 
 
-def make_backend(settings: BackendSettings) -> OnnxRuntimeBackend:
-    """The ONNX Runtime backend for `settings`."""
-    return OnnxRuntimeBackend(
-        mode=settings.mode, device=settings.device, precision=settings.precision, options=settings.options, num_threads=settings.num_threads,
-        num_interop_threads=settings.num_interop_threads, seed=settings.seed, cache_dir=settings.cache_dir,
-    )  # fmt: skip
-
-
 INFO = register(
     BackendInfo(
         framework="onnxruntime",
@@ -122,7 +107,7 @@ INFO = register(
         precisions=("float32", "int8"),
         devices=("cpu",),  # the onnxruntime package runs on the CPU; CUDA needs onnxruntime-gpu
         options=OnnxRuntimeOptions,
-        make=make_backend,
+        make=lambda settings: settings.make(OnnxRuntimeBackend),
         model_class="pytorch",
         versions=("onnxruntime", "onnx", "onnxscript", "torch"),
         oom_messages=("Failed to allocate memory", "bad_alloc"),

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from benchlib.backends import BackendInfo, BackendSettings, lazy_import, register
+from benchlib.backends import BackendInfo, lazy_import, register
 from benchlib.backends._export import Exported, ExportedBackend
 from benchlib.backends.pytorch import bfloat16_unsupported
 from benchlib.catalogue import ModelSpec
@@ -38,14 +37,7 @@ class OpenVinoOptions(BaseModel):
 class OpenVinoBackend(ExportedBackend):
     """Runs catalogue models with OpenVINO's CPU plugin."""
 
-    mode: str = "compiled"
-    device: str = "cpu"
-    precision: str = "float32"
     options: OpenVinoOptions = OpenVinoOptions()
-    num_threads: int | None = None
-    num_interop_threads: int | None = None
-    seed: int = 0
-    cache_dir: Path | None = None
     framework: str = "openvino"
 
     def __post_init__(self) -> None:
@@ -82,14 +74,6 @@ class OpenVinoBackend(ExportedBackend):
         return {"openvino": ov.get_version()}
 
 
-def make_backend(settings: BackendSettings) -> OpenVinoBackend:
-    """The OpenVINO backend for `settings`."""
-    return OpenVinoBackend(
-        mode=settings.mode, device=settings.device, precision=settings.precision, options=settings.options, num_threads=settings.num_threads,
-        num_interop_threads=settings.num_interop_threads, seed=settings.seed, cache_dir=settings.cache_dir,
-    )  # fmt: skip
-
-
 INFO = register(
     BackendInfo(
         framework="openvino",
@@ -98,7 +82,7 @@ INFO = register(
         precisions=("float32", "bfloat16"),
         devices=("cpu",),  # OpenVINO's GPU plugin is for Intel GPUs
         options=OpenVinoOptions,
-        make=make_backend,
+        make=lambda settings: settings.make(OpenVinoBackend),
         model_class="pytorch",
         versions=("openvino", "onnx", "torch"),
         oom_messages=("bad_alloc", "Failed to allocate"),

@@ -23,7 +23,7 @@ from unittest import mock
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from benchlib.backends import BackendInfo, BackendSettings, lazy_import, register
+from benchlib.backends import BackendInfo, lazy_import, register
 from benchlib.catalogue import ModelSpec
 from benchlib.status import Unsupported
 
@@ -289,14 +289,6 @@ def thread_settings() -> dict[str, Any]:
     return settings
 
 
-def make_backend(settings: BackendSettings) -> PyTorchBackend:
-    """The PyTorch backend for `settings`."""
-    return PyTorchBackend(
-        mode=settings.mode, device=settings.device, num_threads=settings.num_threads, num_interop_threads=settings.num_interop_threads,
-        precision=settings.precision, options=settings.options, seed=settings.seed,
-    )  # fmt: skip
-
-
 INFO = register(
     BackendInfo(
         framework="pytorch",
@@ -304,7 +296,7 @@ INFO = register(
         modes=("eager", "torchscript", "compile"),
         precisions=("float32", "bfloat16", "float16"),
         options=PyTorchOptions,
-        make=make_backend,
+        make=lambda settings: settings.make(PyTorchBackend),
         model_class="pytorch",
         versions=("torch",),
         oom_classes=("OutOfMemoryError",),  # torch.cuda.OutOfMemoryError and torch.OutOfMemoryError

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from benchlib.backends import BackendInfo, BackendSettings, lazy_import, register
+from benchlib.backends import BackendInfo, lazy_import, register
 from benchlib.catalogue import ModelSpec
 
 tf = lazy_import("tensorflow")
@@ -144,17 +144,12 @@ def set_thread_pool(pool: str, num_threads: int) -> None:
         raise RuntimeError(f"{parameter}: TensorFlow's runtime has already started in this process; set {parameter} in a fresh kernel ({exc})") from None
 
 
-def make_backend(settings: BackendSettings) -> TensorFlowBackend:
-    """The TensorFlow backend for `settings`."""
-    return TensorFlowBackend(mode=settings.mode, device=settings.device, num_threads=settings.num_threads, num_interop_threads=settings.num_interop_threads)
-
-
 INFO = register(
     BackendInfo(
         framework="tensorflow",
         description="TensorFlow: the model inside tf.function, or tf.function(jit_compile=True) (XLA)",
         modes=("function", "xla"),
-        make=make_backend,
+        make=lambda settings: settings.make(TensorFlowBackend),
         model_class="tensorflow",
         versions=("tensorflow", "tf-keras"),
         oom_classes=("ResourceExhaustedError",),  # tf.errors.ResourceExhaustedError, on the CPU and GPUs
