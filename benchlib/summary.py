@@ -280,6 +280,12 @@ def status_counts(rows: pd.DataFrame) -> pd.DataFrame:
     return counts.rename(columns={"device_type": "device"})
 
 
+def study_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """`rows` prepared, of the environments of the study's four ways (`STUDY`) only."""
+    rows = prepare(rows)
+    return rows[rows["environment"].isin([name for selector in STUDY for name in selector.select(rows)])]
+
+
 def framework_averages(rows: pd.DataFrame) -> pd.DataFrame:
     """The study's average time per environment of its four ways (`STUDY`), over the cells `ok` in every
     one of those environments on its device and machine; today's backends are in `speedups`.
@@ -289,8 +295,7 @@ def framework_averages(rows: pd.DataFrame) -> pd.DataFrame:
     `naive_mean_s` each environment's mean over its own `ok` cells. `vs_baseline` is the
     environment's average over eager PyTorch's on the same cells, with its interval and verdict.
     """
-    rows = prepare(rows)
-    rows = rows[rows["environment"].isin([name for selector in STUDY for name in selector.select(rows)])]
+    rows = study_rows(rows)
     records = []
     for device, machine, group in _groups(rows):
         statuses = _statuses(group)
@@ -341,8 +346,7 @@ def interval_columns(estimate: RatioEstimate, disturbed: list[str]) -> dict[str,
 
 def excluded_cells(rows: pd.DataFrame) -> pd.DataFrame:
     """The cells left out of the averages, with each non-`ok` status and its reason, one line per environment."""
-    rows = prepare(rows)
-    rows = rows[rows["environment"].isin([name for selector in STUDY for name in selector.select(rows)])]
+    rows = study_rows(rows)
     records = []
     for device, machine, group in _groups(rows):
         statuses = _statuses(group)
@@ -716,10 +720,10 @@ CLAIMS_COLUMNS: tuple[str, ...] = ("claim", "device", "machine", "measure", "val
 
 
 def claims_table(rows: pd.DataFrame, claims: dict[str, Any] | None = None) -> pd.DataFrame:
-    """7. Each 2019 claim checked on each device and machine it applies to: `holds`, `does not hold`, `inconclusive` or `not checked`."""
+    """7. Each 2019 claim checked on each device and machine it applies to: `holds`, `does not hold`, `inconclusive`
+    or `not checked`; over the study's four ways only (`study_rows`), as the study measured them."""
     claims = claims or load_claims()
-    rows = prepare(rows)
-    groups = list(_groups(rows))
+    groups = list(_groups(study_rows(rows)))
     records = []
     for claim in claims["claims"]:
         device = claim.get("device", "any")

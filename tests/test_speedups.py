@@ -213,3 +213,19 @@ def test_an_environment_with_other_options_is_another_way_not_the_baseline(rows:
     assert summary.BASELINE.select(summary.prepare(both)) == ["cpu-pytorch"]
     assert "cpu-pytorch-eager-attention" not in set(summary.framework_averages(both)["environment"])
     assert "cpu-pytorch-eager-attention" in set(speedups.speedups(both)["environment"])
+
+
+def test_the_study_claims_are_judged_on_the_study_environments_only(rows: pd.DataFrame) -> None:
+    # DistilBERT half of BERT's time in the study's environments, twice it in bfloat16.
+    bert = rows[rows["model"] == "bert-base-cased"]
+    factor = np.where(bert["environment"] == "cpu-pytorch-bf16", 2.0, 0.5)
+    scaled = {column: bert[column] * factor for column in ("median_s", "mean_s", "time_s")}
+    lists = {column: [[t * f for t in values] for values, f in zip(bert[column], factor)] for column in ("samples_s", "values")}
+    distilbert = bert.assign(model="distilbert-base-uncased", **scaled, **lists)
+    both = pd.concat([rows, distilbert], ignore_index=True)
+    study = both[both["environment"].isin(set(summary.study_rows(both)["environment"]))]
+    assert len(study) < len(both)  # the fixture has today's environments too
+    claims = summary.claims_table(both).set_index("claim")
+    pd.testing.assert_frame_equal(claims, summary.claims_table(study).set_index("claim"))
+    distilled = claims.loc[[claim for claim in claims.index if claim.startswith("DistilBERT")][0]]
+    assert distilled["value_this_run"] == pytest.approx(0.5, rel=0.05) and distilled["holds"] == "holds"

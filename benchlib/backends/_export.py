@@ -36,6 +36,11 @@ def export_dir(cache_dir: Path | None) -> Path:
     return cache_dir
 
 
+def export_path(spec: ModelSpec, scale: str, seed: int, cache_dir: Path | None) -> Path:
+    """Where the ONNX export of `spec` at `scale` with weights from `seed` is kept (whether or not it exists yet)."""
+    return export_dir(cache_dir) / f"{spec.name}-{scale}-seed{seed}-opset{ONNX_OPSET}" / MODEL_FILE
+
+
 def export_onnx(reference: Any, spec: ModelSpec, scale: str, seed: int, cache_dir: Path | None) -> Path:
     """The ONNX file of `reference` (eager float32, weights from `seed`), with dynamic batch and sequence axes.
 
@@ -43,7 +48,7 @@ def export_onnx(reference: Any, spec: ModelSpec, scale: str, seed: int, cache_di
     `traceable_masks`, into a folder of its own (a model over 2 GB keeps its weights in files beside
     it); a later environment of the same run finds it there. The folder appears whole or not at all.
     """
-    folder = export_dir(cache_dir) / f"{spec.name}-{scale}-seed{seed}-opset{ONNX_OPSET}"
+    folder = export_path(spec, scale, seed, cache_dir).parent
     if (folder / MODEL_FILE).exists():
         return folder / MODEL_FILE
     partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
