@@ -249,7 +249,9 @@ class FlopCount:
 def _build_model(spec: ModelSpec, scale: str) -> Any:
     # The catalogue's inference_config as PyTorchBackend.build applies it; eager attention because
     # FlopCounterMode has no formula for the CPU scaled-dot-product-attention kernel.
-    import benchlib.backends.pytorch  # noqa: F401  (before transformers: keeps TensorFlow out of this process)
+    from benchlib.backends.pytorch import use_torch
+
+    use_torch()  # before transformers: keeps TensorFlow out of this process
 
     config = spec.build_config(scale, **{**spec.inference_config, "attn_implementation": "eager"})
     model = spec.model_class("pytorch")(config).eval()

@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from benchlib.backends.pytorch import use_torch
 from benchlib.runner import PROJECT_ROOT, available
+
+use_torch()  # this process runs PyTorch only: transformers must not import TensorFlow here (TensorFlow runs in subprocesses)
 
 # Every CPU environment shipped in parameters/environments/: the study's four and today's backends.
 CPU_ENVIRONMENTS = [name for name in available("environments") if name.startswith("cpu-")]

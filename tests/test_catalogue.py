@@ -5,8 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-import benchlib.backends.pytorch  # noqa: F401  (before transformers: keeps TensorFlow out of this process)
-
 from benchlib.backends import load_backend
 from benchlib.catalogue import get_model, load_catalogue
 from tests.frameworks import run_python

@@ -6,8 +6,6 @@ import textwrap
 
 import pytest
 
-import benchlib.backends.pytorch  # noqa: F401  (before transformers: keeps TensorFlow out of this process)
-
 from benchlib.catalogue import ModelSpec, get_model, load_catalogue
 from benchlib.flops import (
     Expression,
