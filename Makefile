@@ -1,8 +1,9 @@
 # make run   the default job: six CPU environments on the quick grid, then the summary
 # make test  the test suite
 # make lab   JupyterLab on notebooks/, with a kernel that has the kit installed
-# Each creates .venv with python3 if it is missing and installs the kit into it (again only
-# when pyproject.toml changes). Extra arguments: make run ARGS="--grid smoke", make test ARGS="-x".
+# Each creates .venv with python3 if it is missing and installs the kit into it with every extra,
+# each backend's and the cluster's: .[all,test] (again only when pyproject.toml changes).
+# Extra arguments: make run ARGS="--grid smoke", make test ARGS="-x".
 
 PYTHON ?= python3
 VENV := .venv
@@ -28,6 +29,6 @@ $(PY):
 # The kernel spec goes into the environment itself (--sys-prefix), so JupyterLab and
 # papermill start kernels with this environment's python.
 $(INSTALLED): pyproject.toml | $(PY)
-	$(PY) -m pip install -e '.[test]'
+	$(PY) -m pip install -e '.[all,test]'
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (benchlib)"
 	touch $@

@@ -1,6 +1,24 @@
-"""benchlib: rerunnable Transformer inference benchmarks (PyTorch, TorchScript, TensorFlow, XLA)."""
+"""benchlib: rerunnable Transformer inference benchmarks (PyTorch, TorchScript, TensorFlow, XLA, and today's ways).
 
+The public surface, what a notebook needs (everything else is reachable in its package, but not promised):
+
+- measure: `run_environment(params)` measures one environment's grid in this process; `plan_run(run_dir,
+  grid, environments)` validates a run's environments into jobs, `run_jobs(jobs)` runs them, each in a
+  fresh kernel (as `python -m benchlib run` does);
+- read: `read_results(folder)` the rows of one environment, `results_table(rows)` its times as a
+  model x shape table, `load_runs(run_dirs)` every environment of one or more runs;
+- compare and show: `compare_runs(run_a, run_b)` run B against run A (cells, environments, verdicts),
+  `render_summary(run_dirs)` the summary notebook executed and rendered to HTML.
+
+Importing `benchlib` is cheap: these names are imported at their first use (PEP 562), so that a
+benchmark kernel never imports the analysis or the plotting libraries.
+"""
+
+from __future__ import annotations
+
+import importlib
 import os
+from typing import TYPE_CHECKING, Any
 
 # Offline by default, and TensorFlow's Keras 2 (tf-keras) for transformers' TF models:
 # both must be set before transformers or TensorFlow is first imported.
@@ -13,10 +31,41 @@ for _name, _value in {
     "TF_CPP_MIN_LOG_LEVEL": "2",
 }.items():
     os.environ.setdefault(_name, _value)
+del _name, _value
 
 __version__ = "0.1.0"
 
-from benchlib.results import read_results, results_table  # noqa: E402
-from benchlib.sweep import run_environment  # noqa: E402
+# Each public name and the module it lives in, imported when the name is first used.
+_EXPORTS: dict[str, str] = {
+    "run_environment": "benchlib.measure.sweep",
+    "plan_run": "benchlib.config.jobs",
+    "run_jobs": "benchlib.launch.local",
+    "read_results": "benchlib.store.results",
+    "results_table": "benchlib.store.results",
+    "load_runs": "benchlib.analysis.runs",
+    "compare_runs": "benchlib.analysis.compare",
+    "render_summary": "benchlib.report.render",
+}
 
-__all__ = ["__version__", "read_results", "results_table", "run_environment"]
+__all__ = ["__version__", *_EXPORTS]
+
+if TYPE_CHECKING:  # for type checkers and editors; at run time `__getattr__` imports them when first used
+    from benchlib.analysis.compare import compare_runs
+    from benchlib.analysis.runs import load_runs
+    from benchlib.config.jobs import plan_run
+    from benchlib.launch.local import run_jobs
+    from benchlib.measure.sweep import run_environment
+    from benchlib.report.render import render_summary
+    from benchlib.store.results import read_results, results_table
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value  # later uses find it directly
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

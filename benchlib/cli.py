@@ -10,15 +10,17 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from benchlib import status
-from benchlib.compare import DEFAULT_ALPHA, DEFAULT_THRESHOLD, run_compare
-from benchlib.params import ParameterError
-from benchlib.runner import (
-    DEFAULT_ENVIRONMENTS, DEFAULT_GRID, DEFAULT_MAX_RESTARTS, PROJECT_ROOT, default_run_dir, format_duration, measure_machine_limits, plan_run,
-    run_environments,
-)  # fmt: skip
-from benchlib.stopping import stoppable
+from benchlib.analysis.compare import DEFAULT_ALPHA, DEFAULT_THRESHOLD, run_compare
+from benchlib.backends import not_installed_message
+from benchlib.config.jobs import DEFAULT_ENVIRONMENTS, DEFAULT_GRID, default_run_dir, plan_run
+from benchlib.config.params import ParameterError
+from benchlib.launch.local import DEFAULT_MAX_RESTARTS, format_duration, measure_machine_limits, run_jobs
+from benchlib.launch.signals import stoppable
+from benchlib.paths import PROJECT_ROOT
+from benchlib.store.layout import COMPARE_DIR_PREFIX
 
 USAGE_ERROR = 2
+CLUSTER_DISTRIBUTIONS = ("dask", "distributed")  # the cluster extra: pip install 'benchlib[cluster]'
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("run_b", type=Path, metavar="RUN_B")
     compare.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, help=f"the smallest change that counts, as a fraction (default: {DEFAULT_THRESHOLD})")
     compare.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help=f"significance level of each cell's Mann-Whitney U test (default: {DEFAULT_ALPHA})")
-    compare.add_argument("--out", type=Path, help="the report folder (default: RUN_B/compare-<name of RUN_A>)")
+    compare.add_argument("--out", type=Path, help=f"the report folder (default: RUN_B/{COMPARE_DIR_PREFIX}<name of RUN_A>)")
 
     commands.add_parser("lab", help="start JupyterLab on notebooks/ (other arguments go to jupyter lab)")
     return parser
@@ -64,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
 def render_summary(run_dirs: list[Path]) -> bool:
     """Render the summary of `run_dirs`; prints where summary.html is, or why it failed."""
     try:
-        from benchlib.report import render_summary as render
+        from benchlib.report.render import render_summary as render
 
         html = render(run_dirs)
     except Exception as exc:  # the environments' results stay; only the summary is missing
@@ -86,8 +88,13 @@ def command_run(args: argparse.Namespace) -> int:
         print(f"--max-restarts: must be 0 or more, not {args.max_restarts}", file=sys.stderr)
         return USAGE_ERROR
     if args.cluster:
-        from benchlib.cluster import ClusterError, parse_cluster_address, run_on_cluster
-
+        try:
+            from benchlib.launch.cluster import ClusterError, parse_cluster_address, run_on_cluster
+        except ImportError as error:  # the cluster extra is not installed: say which pip line installs it
+            if (missing := (error.name or "").split(".")[0]) not in CLUSTER_DISTRIBUTIONS:
+                raise
+            print(f"--cluster: {not_installed_message([missing], 'cluster')}", file=sys.stderr)
+            return USAGE_ERROR
         try:
             parse_cluster_address(args.cluster)
         except ClusterError as error:
@@ -112,7 +119,7 @@ def command_run(args: argparse.Namespace) -> int:
     else:
         if not args.no_limits:
             measure_machine_limits(jobs, report=lambda line: print(line, flush=True))
-        outcomes = run_environments(
+        outcomes = run_jobs(
             jobs, progress=not args.quiet, report=lambda line: print(line, flush=True), max_restarts=args.max_restarts, force=args.force
         )
     failed = [outcome.name for outcome in outcomes if not outcome.succeeded]

@@ -18,9 +18,9 @@ import sys
 import time
 
 import benchlib.backends.pytorch  # noqa: F401  (before transformers: keeps TensorFlow out of this process)
-
-from benchlib.catalogue import load_catalogue
-from benchlib.flops import analytic_flops, count_flops
+from benchlib.backends import unsupported_reason
+from benchlib.config.catalogue import load_catalogue
+from benchlib.measure.flops import analytic_flops, count_flops
 
 
 def main() -> int:
@@ -34,7 +34,7 @@ def main() -> int:
     print(f"{'model':<24} {'BxS':>6} {'analytic':>18} {'counted':>18} {'ratio':>7}  {'counted on':<20} {'s':>6}")
     worst = 0.0
     for name, spec in load_catalogue().items():
-        reason = spec.unsupported_reason("pytorch", "eager")
+        reason = unsupported_reason(spec, "pytorch", "eager")
         for batch_size, sequence_length in shapes:
             label = f"{batch_size}x{sequence_length}"
             if not spec.fits(sequence_length):

@@ -25,10 +25,12 @@ from pathlib import Path
 
 import yaml
 
-from benchlib import read_results, summary
-from benchlib.interference import InterferenceMeter
-from benchlib.probe import run_probe
-from benchlib.runner import PROJECT_ROOT
+from benchlib import read_results
+from benchlib.analysis.claims import NOT_CHECKED, claims_table
+from benchlib.analysis.runs import load_runs
+from benchlib.measure.interference import InterferenceMeter
+from benchlib.measure.probe import run_probe
+from benchlib.paths import PROJECT_ROOT
 
 SMALL_MODELS = ["bert-base-cased", "distilbert-base-uncased", "gpt2", "distilgpt2", "roberta-base"]
 
@@ -78,8 +80,8 @@ def main() -> None:
               f"median interference {median:.3f}, {seconds:.0f} s")  # fmt: skip
 
     subprocess.run([sys.executable, "-m", "benchlib", "summary", str(args.out)], cwd=PROJECT_ROOT, check=True)
-    claims = summary.claims_table(summary.load_runs([args.out]))
-    checked = claims[claims["holds"] != summary.NOT_CHECKED]
+    claims = claims_table(load_runs([args.out]))
+    checked = claims[claims["holds"] != NOT_CHECKED]
     for claim in checked.itertuples():
         print(f"claim: {claim.claim[:70]}: {claim.holds} ({claim.detail[:120]})")
 

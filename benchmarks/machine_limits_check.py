@@ -1,4 +1,4 @@
-"""Is the measured peak right, and cheap? A rerunnable check of benchlib.machine_limits.
+"""Is the measured peak right, and cheap? A rerunnable check of benchlib.measure.peak.
 
 1. Runs `measure_limits` (default sizes, the environments' thread count) and prints its figures and
    how long it took: target, well under the 1 minute the limits and FLOP counting may add to the
@@ -21,8 +21,8 @@ import argparse
 import os
 import time
 
-from benchlib import machine_limits
 from benchlib.backends import resolve_threads
+from benchlib.measure import peak as machine_limits
 
 PEAK_TOLERANCE = 0.15
 TIME_TARGET_S = 15.0

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from benchlib.backends.pytorch import use_torch
-from benchlib.runner import PROJECT_ROOT, available
+from benchlib.config.jobs import available
+from benchlib.paths import PROJECT_ROOT
 
 use_torch()  # this process runs PyTorch only: transformers must not import TensorFlow here (TensorFlow runs in subprocesses)
 

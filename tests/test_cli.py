@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import datetime
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import psutil
 import pytest
 import yaml
 
 from benchlib import read_results
 from benchlib.cli import main
-from benchlib.params import ParameterError
-from benchlib.runner import (
-    DEFAULT_ENVIRONMENTS, PARAMETERS_DIR, PROJECT_ROOT, default_run_dir, expand_environments, notebook_parameters, plan_run, rows_written,
-)  # fmt: skip
+from benchlib.config.jobs import DEFAULT_ENVIRONMENTS, default_run_dir, expand_environments, plan_run
+from benchlib.config.params import ParameterError, notebook_parameters
+from benchlib.paths import PARAMETERS_DIR, PROJECT_ROOT
+from tests.kernels import kill_mid_cell
 
 
 def write_yaml(path: Path, values: dict) -> Path:
@@ -128,36 +125,22 @@ def test_notebook_parameters_takes_only_benchmark_parameters() -> None:
     assert notebook_parameters(namespace) == {"environment": "e", "repeat": 3, "seed": 1}
 
 
-def kernel_processes(pid: int) -> list[psutil.Process]:
-    """The ipykernel processes started by process `pid`."""
-    found = []
-    for child in psutil.Process(pid).children(recursive=True):
-        try:
-            if any("ipykernel_launcher" in part for part in child.cmdline()):
-                found.append(child)
-        except psutil.Error:
-            continue
-    return found
-
-
 @pytest.mark.e2e
 def test_an_environment_whose_kernel_dies_does_not_stop_the_others(tmp_path: Path) -> None:
-    """The first environment's kernel is killed mid-sweep (no restart allowed); the second still runs; the exit status says one failed."""
-    victim = write_yaml(tmp_path / "victim.yaml", {"environment": "cpu-victim", "framework": "pytorch", "mode": "eager", "num_threads": 1, "repeat": 2000})
+    """The first environment's kernel is killed mid-sweep (no restart allowed); the second still runs; the exit status says one failed.
+
+    The kill comes once a row is written and the next cell is in flight (`kill_mid_cell`), so that on any machine,
+    however fast or slow, the cell in flight is the one that ends `crashed`."""
+    victim = write_yaml(tmp_path / "victim.yaml", {"environment": "cpu-victim", "framework": "pytorch", "mode": "eager", "num_threads": 1, "repeat": 200})
     models = write_yaml(tmp_path / "models.yaml", {"models": ["gpt2", "bert-base-cased", "distilgpt2"]})
     run_dir = tmp_path / "run"
     command = [
         sys.executable, "-m", "benchlib", "run", "--grid", "smoke", "--environments", f"{victim},cpu-pytorch",
-        "--params", str(models), "--out", str(run_dir), "--no-summary", "--quiet", "--max-restarts", "0",
+        "--params", str(models), "--out", str(run_dir), "--no-summary", "--no-limits", "--quiet", "--max-restarts", "0",
     ]  # fmt: skip
     process = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 300
-        while rows_written(run_dir / "cpu-victim") < 1:  # a cell is done, others are in flight
-            assert time.monotonic() < deadline and process.poll() is None, "the first environment never wrote a row"
-            time.sleep(0.2)
-        [kernel] = kernel_processes(process.pid)
-        kernel.send_signal(signal.SIGKILL)
+        killed = kill_mid_cell(run_dir / "cpu-victim", process, min_rows=1)  # a cell is done, the next one in flight
         output, _ = process.communicate(timeout=300)
     finally:
         if process.poll() is None:
@@ -170,6 +153,7 @@ def test_an_environment_whose_kernel_dies_does_not_stop_the_others(tmp_path: Pat
     victim_rows = read_results(run_dir / "cpu-victim")
     assert 2 <= len(victim_rows) < 6 and set(victim_rows["status"]) == {"ok", "crashed"}
     assert victim_rows["status"].iloc[-1] == "crashed"  # the cell in flight when the kernel died
+    assert tuple(victim_rows[["model", "batch_size", "sequence_length"]].iloc[-1]) == (killed["model"], killed["batch_size"], killed["sequence_length"])
     assert (run_dir / "cpu-victim" / "benchmark.ipynb").exists() and (run_dir / "cpu-victim" / "kernel.log").exists()
     rows = read_results(run_dir / "cpu-pytorch")  # the next environment ran in full, with the --params models
     assert sorted(set(rows["model"])) == ["bert-base-cased", "distilgpt2", "gpt2"]

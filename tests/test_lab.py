@@ -14,7 +14,6 @@ import pytest
 import requests
 
 
-
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

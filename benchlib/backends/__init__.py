@@ -2,9 +2,15 @@
 
 Adding a backend is one module in this folder (plus its environment files in
 parameters/environments/): the module calls `register(BackendInfo(...))` with its framework
-name, modes, precisions, devices, options (a pydantic model), out-of-memory errors and the
-distributions whose versions `environment.json` records. Parameter validation, the catalogue's
-class lookup, out-of-memory recognition and `environment.json` all read this registry.
+name, modes, precisions, devices, options (a pydantic model), out-of-memory errors, the
+distributions whose versions `environment.json` records, and the distributions it needs beyond the
+kit's core dependencies (`requires`) with the extra that installs them (`extra`: `pip install
+'benchlib[openvino]'`). Parameter validation, the catalogue's class lookup, out-of-memory
+recognition and `environment.json` all read this registry.
+
+A backend whose required distributions are missing is still registered (its environments validate),
+but `load_backend` makes an `UnavailableBackend` instead of importing its framework, so that every
+cell of its environments ends `unsupported` with the pip line that installs it.
 
 A backend module imports its framework only when its backend is made (`lazy_import`), so that
 reading the registry in the runner does not import PyTorch, TensorFlow or ONNX Runtime, and a
@@ -13,21 +19,26 @@ kernel imports only the framework it measures.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import os
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from benchlib.catalogue import ModelSpec
+from benchlib.machine import package_version
+from benchlib.status import Unsupported
+
+if TYPE_CHECKING:  # the catalogue sits above the backends: they are handed its entries
+    from benchlib.config.catalogue import ModelSpec
 
 PRECISIONS: tuple[str, ...] = ("float32", "bfloat16", "float16", "int8")
 # The largest absolute difference from eager PyTorch float32's output that a backend's output may
@@ -74,6 +85,8 @@ class BackendInfo:
     options: type[BaseModel] = NoOptions
     model_class: str = "pytorch"  # which of the catalogue's classes it builds from ("pytorch" or "tensorflow")
     versions: tuple[str, ...] = ()  # distributions whose versions environment.json records
+    requires: tuple[str, ...] = ()  # distributions it imports beyond the kit's core dependencies, checked before it is made
+    extra: str | None = None  # the kit's extra that installs `requires`: pip install 'benchlib[<extra>]'
     oom_classes: tuple[str, ...] = ()  # exception class names that mean out of memory
     oom_messages: tuple[str, ...] = ()  # fragments of its allocators' error messages
 
@@ -129,9 +142,42 @@ def modes(framework: str) -> tuple[str, ...]:
 
 def versions_of(framework: str) -> dict[str, str | None]:
     """Installed versions of the distributions `framework` declares (None where one is missing)."""
-    from benchlib.environment_info import package_version
-
     return {name: package_version(name) for name in backend_info(framework).versions}
+
+
+def installed(distribution: str) -> bool:
+    """Whether distribution `distribution` is installed (its metadata is found); nothing is imported."""
+    return package_version(distribution) is not None
+
+
+def pip_line(extra: str | None, distributions: Sequence[str] = ()) -> str:
+    """The command that installs what is missing: the kit with `extra`, or else the distributions themselves."""
+    return f"pip install 'benchlib[{extra}]'" if extra else "pip install " + " ".join(f"'{name}'" for name in distributions)
+
+
+def not_installed_message(missing: Sequence[str], extra: str | None) -> str:
+    """One line: which distributions are missing and the pip line that installs them."""
+    return f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed: {pip_line(extra, missing)}"
+
+
+def not_installed(framework: str) -> str | None:
+    """Why backend `framework` cannot run in this Python for want of a distribution it requires (which ones, and
+    the pip line), or None when they are all installed. Reads metadata only: nothing that could fail is imported."""
+    info = backend_info(framework)
+    missing = [name for name in info.requires if not installed(name)]
+    return not_installed_message(missing, info.extra) if missing else None
+
+
+def unsupported_reason(spec: ModelSpec, framework: str, mode: str, precision: str = "float32") -> str | None:
+    """Why catalogue entry `spec` cannot run in `framework`/`mode` at `precision`, or None when it can: its
+    `unsupported` reasons under `framework/mode`, `framework/precision`, `framework`, then the framework
+    whose model the backend starts from (an ONNX export of a PyTorch model fails where PyTorch does)."""
+    return spec.unsupported_for(backend_info(framework).unsupported_keys(mode, precision))
+
+
+def model_class(spec: ModelSpec, framework: str) -> Any:
+    """The `transformers` class that backend `framework` builds `spec` from (its registry entry's `model_class`)."""
+    return spec.transformers_class(backend_info(framework).model_class)
 
 
 def lazy_import(name: str) -> ModuleType:
@@ -195,6 +241,57 @@ class Backend(Protocol):
         """Versions of the framework and of the libraries it runs on, read from the framework itself."""
 
 
+@dataclass(frozen=True)
+class UnavailableBackend:
+    """Stands in for a backend whose required distributions are not installed (`not_installed`): every model is
+    `unsupported` with `reason` (what is missing and the pip line), and nothing of its framework is imported."""
+
+    framework: str
+    mode: str
+    device: str
+    precision: str
+    reason: str
+
+    def unsupported(self) -> str:
+        return self.reason
+
+    def build(self, spec: ModelSpec, scale: str) -> Any:
+        raise Unsupported(self.reason)
+
+    def make_inputs(self, vocab_size: int, batch_size: int, sequence_length: int, seed: int) -> Any:
+        raise Unsupported(self.reason)
+
+    def prepare(self, model: Any, inputs: Any) -> Callable[[], Any]:
+        raise Unsupported(self.reason)
+
+    def max_abs_diff(self, model: Any, inputs: Any, output: Any) -> float | None:
+        return None
+
+    def attn_implementation(self, model: Any) -> str:
+        return ""
+
+    def inference_context(self) -> AbstractContextManager[Any]:
+        return contextlib.nullcontext()
+
+    def sync(self, output: Any) -> None:
+        """Nothing runs."""
+
+    def free(self) -> None:
+        """Nothing is held."""
+
+    def reset_peak_memory(self) -> None:
+        """Nothing is measured."""
+
+    def peak_memory_bytes(self) -> int:
+        return 0
+
+    def settings(self) -> dict[str, Any]:
+        return {}
+
+    def versions(self) -> dict[str, str]:
+        return {}
+
+
 THREAD_VARIABLES: tuple[str, ...] = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")
 
 
@@ -216,7 +313,8 @@ def load_backend(
     framework: str, mode: str, device: str = "cpu", num_threads: int | str | None = None, num_interop_threads: int | None = None,
     precision: str = "float32", options: dict[str, Any] | None = None, seed: int = 0, cache_dir: Path | None = None,
 ) -> Backend:  # fmt: skip
-    """Make the backend `framework` for `mode` on `device` (this imports its framework).
+    """Make the backend `framework` for `mode` on `device` (this imports its framework), or an `UnavailableBackend`
+    when a distribution it requires is not installed.
 
     `num_threads` sizes the intra-op pools (an integer, "cores" or None for the framework's default),
     `num_interop_threads` the inter-op pools (None: the framework's default); `options` are the
@@ -227,6 +325,8 @@ def load_backend(
         raise ValueError(f"mode for {framework} must be one of {', '.join(info.modes)}, not {mode!r}")
     if precision not in info.precisions:
         raise ValueError(f"precision for {framework} must be one of {', '.join(info.precisions)}, not {precision!r}")
+    if reason := not_installed(framework):  # its framework would fail to import: nothing of it is made
+        return UnavailableBackend(framework, mode, device, precision, reason)
     threads = resolve_threads(num_threads)
     apply_thread_environment(threads)
     settings = BackendSettings(
@@ -237,8 +337,14 @@ def load_backend(
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
-    """Whether `exc` means out of memory, in the words of any registered backend."""
-    from benchlib.status import is_out_of_memory as matches
-
+    """Whether `exc` means out of memory, in the words of any registered backend: a MemoryError, an exception
+    whose class (along its hierarchy) a backend names in `oom_classes`, or a RuntimeError whose message holds
+    one of their `oom_messages` or "out of memory". No framework is imported to recognise its errors."""
+    if isinstance(exc, MemoryError):
+        return True
     infos = registry().values()
-    return matches(exc, [name for info in infos for name in info.oom_classes], [m for info in infos for m in info.oom_messages])
+    names = {name for info in infos for name in info.oom_classes}
+    if any(cls.__name__ in names for cls in type(exc).__mro__):
+        return True
+    messages = (*(m for info in infos for m in info.oom_messages), "out of memory")
+    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in messages)

@@ -13,19 +13,20 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from benchlib.backends import lazy_import
 from benchlib.backends.pytorch import build_reference, difference, reference_output, traceable_masks, use_torch
-from benchlib.catalogue import ModelSpec
+
+if TYPE_CHECKING:  # the catalogue sits above the backends: they are handed its entries
+    from benchlib.config.catalogue import ModelSpec
 
 torch = lazy_import("torch")
 
 ONNX_OPSET = 17
 MODEL_FILE = "model.onnx"
-EXPORTS_DIR = "exports"  # beside the environments in the run folder
 
 
 def export_dir(cache_dir: Path | None) -> Path:

@@ -11,14 +11,16 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from benchlib.backends import BackendInfo, lazy_import, register
 from benchlib.backends._export import Exported, ExportedBackend, export_path
-from benchlib.catalogue import ModelSpec
+
+if TYPE_CHECKING:  # the catalogue sits above the backends: they are handed its entries
+    from benchlib.config.catalogue import ModelSpec
 
 ort = lazy_import("onnxruntime")
 
@@ -123,6 +125,8 @@ INFO = register(
         make=lambda settings: settings.make(OnnxRuntimeBackend),
         model_class="pytorch",
         versions=("onnxruntime", "onnx", "onnxscript", "torch"),
+        requires=("onnxruntime", "onnx"),  # torch.onnx.export(dynamo=False) writes the file with onnx
+        extra="onnxruntime",
         oom_messages=("Failed to allocate memory", "bad_alloc"),
     )
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -18,7 +18,9 @@ from pydantic import BaseModel, ConfigDict
 from benchlib.backends import BackendInfo, lazy_import, register
 from benchlib.backends._export import Exported, ExportedBackend
 from benchlib.backends.pytorch import bfloat16_unsupported
-from benchlib.catalogue import ModelSpec
+
+if TYPE_CHECKING:  # the catalogue sits above the backends: they are handed its entries
+    from benchlib.config.catalogue import ModelSpec
 
 ov = lazy_import("openvino")
 
@@ -85,6 +87,8 @@ INFO = register(
         make=lambda settings: settings.make(OpenVinoBackend),
         model_class="pytorch",
         versions=("openvino", "onnx", "torch"),
+        requires=("openvino", "onnx"),  # it converts the ONNX export, which torch.onnx.export writes with onnx
+        extra="openvino",
         oom_messages=("bad_alloc", "Failed to allocate"),
     )
 )

@@ -16,21 +16,22 @@ import re
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from unittest import mock
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from benchlib.backends import BackendInfo, lazy_import, register
-from benchlib.catalogue import ModelSpec
+from benchlib.machine import bfloat16_cpu_reason, cpu_flags
+
+if TYPE_CHECKING:  # the catalogue sits above the backends: they are handed its entries
+    from benchlib.config.catalogue import ModelSpec
 from benchlib.status import Unsupported
 
 torch = lazy_import("torch")
 
 DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
-BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # CPU instructions that make bfloat16 fast
 
 
 class PyTorchOptions(BaseModel):
@@ -90,7 +91,7 @@ def build_reference(spec: ModelSpec, scale: str, seed: int, attn_implementation:
     config = spec.build_config(scale, **overrides)
     torch.manual_seed(seed)
     try:
-        model = spec.model_class("pytorch")(config)
+        model = spec.transformers_class("pytorch")(config)
     except ValueError as exc:
         if attn_implementation and "attention" in str(exc).lower():
             raise Unsupported(f"attn_implementation {attn_implementation}: {' '.join(str(exc).split())}") from None
@@ -129,23 +130,9 @@ def difference(output: Any, reference: np.ndarray) -> float:
     return float(np.max(np.abs(value - reference))) if value.size else 0.0
 
 
-def cpu_flags() -> set[str]:
-    """The CPU's feature flags (from /proc/cpuinfo; empty where it is missing)."""
-    path = Path("/proc/cpuinfo")
-    if not path.exists():
-        return set()
-    for line in path.read_text().splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
-
-
 def bfloat16_unsupported(flags: set[str] | None = None) -> str | None:
     """Why bfloat16 would give a misleading number on this CPU, or None when it has the instructions."""
-    flags = cpu_flags() if flags is None else flags
-    if any(flag in flags for flag in BF16_FLAGS):
-        return None
-    return f"this CPU has no bfloat16 instructions ({' or '.join(BF16_FLAGS)}): bfloat16 would be emulated, slower than float32"
+    return bfloat16_cpu_reason(cpu_flags() if flags is None else flags)
 
 
 def compiler_unsupported() -> str | None:

@@ -11,10 +11,12 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchlib.backends import BackendInfo, lazy_import, register
-from benchlib.catalogue import ModelSpec
+
+if TYPE_CHECKING:  # the catalogue sits above the backends: they are handed its entries
+    from benchlib.config.catalogue import ModelSpec
 
 tf = lazy_import("tensorflow")
 
@@ -63,7 +65,7 @@ class TensorFlowBackend:
     def build(self, spec: ModelSpec, scale: str) -> Any:
         config = spec.build_config(scale, **spec.inference_config)
         with tf.device(self._device):
-            model = spec.model_class("tensorflow")(config)
+            model = spec.transformers_class("tensorflow")(config)
             model(model.dummy_inputs, training=False)  # creates the weights
         return model
 
@@ -152,6 +154,8 @@ INFO = register(
         make=lambda settings: settings.make(TensorFlowBackend),
         model_class="tensorflow",
         versions=("tensorflow", "tf-keras"),
+        requires=("tensorflow", "tf-keras"),
+        extra="tensorflow",
         oom_classes=("ResourceExhaustedError",),  # tf.errors.ResourceExhaustedError, on the CPU and GPUs
         oom_messages=("OOM when allocating",),
     )

@@ -1,0 +1,329 @@
+"""`python -m benchlib compare RUN_A RUN_B`: what got faster or slower from run A to run B, and what differs between them.
+
+A change is B's time over A's, minus 1 (positive: B is slower). As in asv and pyperf's
+`compare_to`, a change counts only when it is both statistically significant and larger than a
+practical threshold:
+
+- a cell (model, batch size, sequence length of one environment, `ok` in both runs) is
+  `faster` or `slower` when a two-sided Mann-Whitney U test on its raw samples (every `ok`
+  round's samples pooled) gives p < `alpha` AND its change in median time (`time_s`: the median
+  over rounds of each round's median) is at least `threshold`; otherwise `no change`. A cell
+  that is `ok` in only one run, or has no row in one, is `not compared`, with why.
+- an environment's change is the geometric mean over its compared cells of B / A, with the
+  bootstrap interval of `benchlib.analysis.significance` (resampling each cell's per-round medians with
+  two rounds or more, else its raw samples). Its verdict is `significance.verdict`: `faster` or
+  `slower` when the 95% interval excludes no change and the geometric mean is beyond `threshold`,
+  `no clear difference` otherwise, `inconclusive` when a compared cell was disturbed in either run
+  (or no cell could be compared). An environment found in only one run is `not compared`.
+"""
+
+from __future__ import annotations
+
+import html
+import itertools
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import PercentFormatter
+from scipy.stats import mannwhitneyu
+
+from benchlib import status
+from benchlib.analysis import significance
+from benchlib.analysis.runs import NOT_MEASURED, Run, read_run
+from benchlib.analysis.significance import FASTER, SLOWER
+from benchlib.paths import display_path
+from benchlib.store.layout import COMPARE_CELLS, COMPARE_DIFFERENCES, COMPARE_ENVIRONMENTS, COMPARE_HTML, COMPARE_PLOT, RESULTS_FILE, compare_dir
+from benchlib.store.results import CELL_KEY
+
+DEFAULT_THRESHOLD = 0.05
+DEFAULT_ALPHA = 0.05
+NO_CHANGE = "no change"
+NOT_COMPARED = "not compared"
+KEY: tuple[str, ...] = ("environment", *CELL_KEY)
+# What environment.json says about a run, compared key by key; run-specific values are left out.
+SECTIONS: tuple[str, ...] = ("software", "machine", "threads", "parameters")
+IGNORED: frozenset[tuple[str, str]] = frozenset({("machine", "hostname"), ("parameters", "output_dir"), ("parameters", "current_round")})
+ABSENT = "(absent)"
+CELL_COLUMNS: tuple[str, ...] = (
+    "environment", *CELL_KEY, "status_a", "status_b", "median_a_s", "median_b_s", "change", "p_value",
+    "n_samples_a", "n_samples_b", "verdict", "disturbed", "why",
+)  # fmt: skip
+ENVIRONMENT_COLUMNS: tuple[str, ...] = (
+    "environment", "cells_compared", "cells_not_compared", "faster_cells", "slower_cells",
+    "geomean_change", "ci95_low", "ci95_high", "interval_over", "verdict", "disturbed_cells", "why",
+)  # fmt: skip
+DIFFERENCE_COLUMNS: tuple[str, ...] = ("environment", "section", "key", "a", "b")
+PRINTED_DIFFERENCES = 10
+
+
+class CompareError(ValueError):
+    """Bad input for a comparison: a folder that is not a run, no environment in common, a threshold out of range."""
+
+
+@dataclass(frozen=True)
+class RunComparison:
+    """Run B against run A: the cells, the environments, what differs between their environment.json."""
+
+    run_a: Run
+    run_b: Run
+    cells: pd.DataFrame
+    environments: pd.DataFrame
+    differences: pd.DataFrame
+    threshold: float
+    alpha: float
+
+
+# ---------------------------------------------------------------- loading
+
+
+def _read_run(run_dir: str | os.PathLike[str]) -> Run:
+    """The run in `run_dir` (`runs.read_run`); CompareError when it is not a folder or none of its environments has rows."""
+    run = read_run(run_dir) if Path(run_dir).is_dir() else None
+    if run is None or not run.environments:
+        raise CompareError(f"{run_dir} is not a run: no <environment>/{RESULTS_FILE} with rows in it")
+    return run
+
+
+# ---------------------------------------------------------------- cells
+
+
+def cell_verdict(change: float, p_value: float, threshold: float = DEFAULT_THRESHOLD, alpha: float = DEFAULT_ALPHA) -> str:
+    """`faster` or `slower` when the test is significant (p < `alpha`) and the change is at least `threshold`; else `no change`."""
+    if not p_value < alpha:  # NaN too: no test, no verdict
+        return NO_CHANGE
+    if change <= -threshold:
+        return FASTER
+    return SLOWER if change >= threshold else NO_CHANGE
+
+
+def _side(run: Run, environments: list[str]) -> pd.DataFrame:
+    """The cells of `environments` in `run`, indexed by environment and cell, with the columns a comparison reads."""
+    cells = run.rows[run.rows["environment"].isin(environments)].set_index(list(KEY))
+    samples = [s if isinstance(s, list) and s else v for s, v in zip(cells["samples"], cells["values"])]  # a file without raw samples
+    return cells.assign(samples=samples)[["status", "reason", "time_s", "values", "values_over", "samples", "disturbed"]]
+
+
+def _why(status_a: str, reason_a: Any, status_b: str, reason_b: Any) -> str:
+    """Why a cell is not compared: its status (and reason) in each run where it is not `ok`."""
+    parts = []
+    for run, state, reason in (("A", status_a, reason_a), ("B", status_b, reason_b)):
+        if state != status.OK:
+            parts.append(f"{run}: {state}" + (f" ({reason})" if isinstance(reason, str) and reason else ""))
+    return "; ".join(parts)
+
+
+def _mann_whitney(samples_a: list[float], samples_b: list[float]) -> float:
+    """The two-sided Mann-Whitney U test's p-value of two sets of samples."""
+    return float(mannwhitneyu(samples_a, samples_b, alternative="two-sided").pvalue)
+
+
+def compare_cells(run_a: Run, run_b: Run, threshold: float = DEFAULT_THRESHOLD, alpha: float = DEFAULT_ALPHA) -> pd.DataFrame:
+    """Every cell of the environments found in both runs: medians, change, p-value and verdict (`CELL_COLUMNS`,
+    plus `values_a`/`values_b` and `values_over_a`/`values_over_b`, what an environment's interval resamples)."""
+    common = [env for env in run_a.environments if env in run_b.environments]
+    a, b = _side(run_a, common), _side(run_b, common)
+    cells = a.merge(b, how="outer", left_index=True, right_index=True, suffixes=("_a", "_b")).reindex(list(dict.fromkeys([*a.index, *b.index]))).reset_index()
+    cells[["status_a", "status_b"]] = cells[["status_a", "status_b"]].fillna(NOT_MEASURED)
+    compared = (cells["status_a"] == status.OK) & (cells["status_b"] == status.OK)
+    cells["median_a_s"], cells["median_b_s"] = cells["time_s_a"].where(compared), cells["time_s_b"].where(compared)
+    cells["change"] = cells["median_b_s"] / cells["median_a_s"] - 1
+    cells["p_value"] = [_mann_whitney(x, y) if ok else math.nan for x, y, ok in zip(cells["samples_a"], cells["samples_b"], compared)]
+    cells["verdict"] = [cell_verdict(c, p, threshold, alpha) if ok else NOT_COMPARED for c, p, ok in zip(cells["change"], cells["p_value"], compared)]
+    hits = cells[["disturbed_a", "disturbed_b"]].fillna(False).astype(bool)
+    cells["disturbed"] = [", ".join(run for run, hit in (("A", x), ("B", y)) if hit) for x, y in zip(hits["disturbed_a"], hits["disturbed_b"])]
+    cells["why"] = [_why(*values) for values in zip(cells["status_a"], cells["reason_a"], cells["status_b"], cells["reason_b"])]
+    for run in ("a", "b"):
+        cells[f"n_samples_{run}"] = [len(s) if ok else 0 for s, ok in zip(cells[f"samples_{run}"], compared)]
+    return cells[[*CELL_COLUMNS, "values_a", "values_b", "values_over_a", "values_over_b"]]
+
+
+# ---------------------------------------------------------------- environments
+
+
+def _environment_record(environment: str, cells: pd.DataFrame, threshold: float) -> dict[str, Any]:
+    """One environment's geometric mean change over its compared cells, with its interval and verdict."""
+    compared = cells[cells["verdict"] != NOT_COMPARED]
+    rounds = not compared.empty and (compared["values_over_a"] == "rounds").all() and (compared["values_over_b"] == "rounds").all()
+    estimate = significance.ratio_interval(list(compared["values_a"]), list(compared["values_b"]), over="rounds" if rounds else "samples")
+    disturbed = [f"{row.model} {row.batch_size}x{row.sequence_length} ({row.disturbed})" for row in compared.itertuples() if row.disturbed]
+    return {
+        "environment": environment, "cells_compared": len(compared), "cells_not_compared": len(cells) - len(compared),
+        "faster_cells": int((compared["verdict"] == FASTER).sum()), "slower_cells": int((compared["verdict"] == SLOWER).sum()),
+        "geomean_change": estimate.ratio - 1, "ci95_low": estimate.low - 1, "ci95_high": estimate.high - 1,
+        "interval_over": estimate.over, "verdict": significance.verdict(estimate, threshold, disturbed=len(disturbed)),
+        "disturbed_cells": "; ".join(disturbed), "why": _environment_why(len(compared), len(disturbed)),
+    }  # fmt: skip
+
+
+def _environment_why(compared: int, disturbed: int) -> str:
+    """Why an environment's verdict is inconclusive ("" when it is not for these reasons)."""
+    if not compared:
+        return "no cell is ok in both runs"
+    return f"{disturbed} of its {compared} compared cells were disturbed" if disturbed else ""
+
+
+def compare_environments(cells: pd.DataFrame, run_a: Run, run_b: Run, threshold: float = DEFAULT_THRESHOLD) -> pd.DataFrame:
+    """Per environment of either run (`ENVIRONMENT_COLUMNS`): the change over its cells (from `compare_cells`) and its
+    verdict; an environment found in only one run is `not compared`."""
+    records = []
+    for environment in dict.fromkeys([*run_a.environments, *run_b.environments]):
+        if environment in run_a.environments and environment in run_b.environments:
+            records.append(_environment_record(environment, cells[cells["environment"] == environment], threshold))
+        else:
+            only = "A" if environment in run_a.environments else "B"
+            records.append({"environment": environment, "verdict": NOT_COMPARED, "why": f"only in run {only}"})
+    return pd.DataFrame(records, columns=list(ENVIRONMENT_COLUMNS))
+
+
+# ---------------------------------------------------------------- environment.json
+
+
+def _flatten(info: dict[str, Any]) -> dict[tuple[str, str], str]:
+    """(section, key) → value as text, for the compared sections of an environment.json."""
+    return {
+        (section, key): value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        for section in SECTIONS for key, value in (info.get(section) or {}).items() if (section, key) not in IGNORED
+    }  # fmt: skip
+
+
+def environment_differences(run_a: Run, run_b: Run) -> pd.DataFrame:
+    """What differs between the two runs' environment.json per environment found in both: software versions, machine,
+    threads and parameters (not `IGNORED`: output folder, round, host name; dates and probes are not compared)."""
+    records = []
+    for environment in (env for env in run_a.environments if env in run_b.environments):
+        a, b = _flatten(run_a.environments[environment]), _flatten(run_b.environments[environment])
+        for section, key in dict.fromkeys([*a, *b]):
+            value_a, value_b = a.get((section, key), ABSENT), b.get((section, key), ABSENT)
+            if value_a != value_b:
+                records.append({"environment": environment, "section": section, "key": key, "a": value_a, "b": value_b})
+    return pd.DataFrame(records, columns=list(DIFFERENCE_COLUMNS))
+
+
+# ---------------------------------------------------------------- the comparison and its report
+
+
+def compare_runs(run_a: str | os.PathLike[str], run_b: str | os.PathLike[str], threshold: float = DEFAULT_THRESHOLD, alpha: float = DEFAULT_ALPHA) -> RunComparison:
+    """Run B against run A; CompareError for a threshold or alpha outside (0, 1), a folder that is not a run, or no environment in common."""
+    for name, value in (("threshold", threshold), ("alpha", alpha)):
+        if not 0 < value < 1:
+            raise CompareError(f"--{name} must be between 0 and 1 (exclusive), not {value}")
+    a, b = _read_run(run_a), _read_run(run_b)
+    if not set(a.environments) & set(b.environments):
+        raise CompareError(f"no environment in common: A has {', '.join(a.environments)}; B has {', '.join(b.environments)}")
+    cells = compare_cells(a, b, threshold, alpha)
+    return RunComparison(a, b, cells, compare_environments(cells, a, b, threshold), environment_differences(a, b), threshold, alpha)
+
+
+def change_plot(environments: pd.DataFrame, threshold: float) -> Figure:
+    """Each compared environment's geometric mean change with its 95% interval, the ±`threshold` band shaded."""
+    shown = environments.dropna(subset=["geomean_change"]).reset_index(drop=True)
+    figure = Figure(figsize=(7, 1.5 + 0.4 * len(shown)), layout="constrained")
+    ax = figure.subplots()
+    ax.axvspan(-threshold * 100, threshold * 100, color="0.92", label=f"within ±{threshold:.0%}")
+    ax.axvline(0, color="0.5", linewidth=0.8)
+    colors = {SLOWER: "tab:red", FASTER: "tab:green"}
+    for verdict, group in shown.groupby("verdict", sort=False):
+        errors = [(group["geomean_change"] - group["ci95_low"]) * 100, (group["ci95_high"] - group["geomean_change"]) * 100]
+        ax.errorbar(group["geomean_change"] * 100, group.index, xerr=errors, fmt="o", capsize=4, color=colors.get(verdict, "0.3"), label=verdict)
+    ax.set_yticks(range(len(shown)), shown["environment"])
+    ax.set_ylim(max(len(shown), 1) - 0.5, -0.5)  # top to bottom in table order
+    ax.xaxis.set_major_formatter(PercentFormatter())
+    ax.set_xlabel("change in time per call, B / A - 1 (geometric mean over cells, 95% interval)")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return figure
+
+
+def _percent(value: float) -> str:
+    return "" if pd.isna(value) else f"{value:+.1%}"
+
+
+def _table_html(table: pd.DataFrame, empty: str) -> str:
+    """`table` as HTML without its index, changes as percentages; `empty` when it has no row."""
+    if table.empty:
+        return f"<p>{html.escape(empty)}</p>"
+    formatters = {column: _percent for column in ("change", "geomean_change", "ci95_low", "ci95_high") if column in table}
+    return table.to_html(index=False, na_rep="", formatters=formatters, float_format="{:.4g}".format, border=0)
+
+
+def report_html(comparison: RunComparison, plot: str) -> str:
+    """The report: how to read it, the environments, the plot (file name `plot`), the differences, the cells.
+    It names each run by its folder relative to the kit, or by its name (`display_path`): never a path of this machine."""
+    a, b = (html.escape(display_path(run.path)) for run in (comparison.run_a, comparison.run_b))
+    return f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>{b} against {a}</title>
+<style>body{{font-family:sans-serif;margin:2em}} table{{border-collapse:collapse;font-size:90%}}
+td,th{{padding:2px 8px;border-bottom:1px solid #ddd;text-align:left}}</style></head><body>
+<h1>Run B against run A</h1>
+<p>A: {a}<br>B: {b}</p>
+<p>A change is B's time over A's, minus 1: positive means B is slower. A cell is <b>faster</b> or <b>slower</b> only
+when a two-sided Mann-Whitney U test on its raw samples gives p &lt; {comparison.alpha:g} and its median changed by
+at least {comparison.threshold:.0%}; otherwise <b>no change</b>. An environment's change is the geometric mean over
+its cells with a 95% bootstrap interval; it is faster or slower when the interval excludes no change and the
+geometric mean is at least {comparison.threshold:.0%} away from it, <i>inconclusive</i> when it rests on disturbed cells.</p>
+<h2>Environments</h2>
+{_table_html(comparison.environments, "No environment.")}
+<p><img src="{html.escape(plot)}" alt="geometric mean change per environment"></p>
+<h2>What differs between the runs (environment.json)</h2>
+{_table_html(comparison.differences, "Nothing differs in software versions, machine, threads or parameters.")}
+<h2>Cells</h2>
+{_table_html(comparison.cells[list(CELL_COLUMNS)], "No cell.")}
+</body></html>
+"""
+
+
+def write_report(comparison: RunComparison, out: str | os.PathLike[str]) -> Path:
+    """Write cells.csv, environments.csv, differences.csv, compare.png and compare.html into `out`; returns the HTML's path."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    comparison.cells[list(CELL_COLUMNS)].to_csv(out / COMPARE_CELLS, index=False)
+    comparison.environments.to_csv(out / COMPARE_ENVIRONMENTS, index=False)
+    comparison.differences.to_csv(out / COMPARE_DIFFERENCES, index=False)
+    change_plot(comparison.environments, comparison.threshold).savefig(out / COMPARE_PLOT, dpi=110, bbox_inches="tight")
+    path = out / COMPARE_HTML
+    path.write_text(report_html(comparison, COMPARE_PLOT), encoding="utf-8")
+    return path
+
+
+def summary_lines(comparison: RunComparison) -> list[str]:
+    """A few lines: the environments that got slower and faster, the others, the cells not compared, what differs."""
+    envs, cells = comparison.environments, comparison.cells
+    lines = [f"B ({comparison.run_b.path}) against A ({comparison.run_a.path}): threshold {comparison.threshold:.0%}, alpha {comparison.alpha:g}"]
+    for row in itertools.chain.from_iterable(envs[envs["verdict"] == verdict].itertuples() for verdict in (SLOWER, FASTER)):
+        lines.append(
+            f"{row.verdict}: {row.environment} {_percent(row.geomean_change)} (95% interval {_percent(row.ci95_low)} to "
+            f"{_percent(row.ci95_high)}; of {row.cells_compared} cells {row.slower_cells} slower, {row.faster_cells} faster)"
+        )
+    for verdict, group in envs[~envs["verdict"].isin([SLOWER, FASTER])].groupby("verdict", sort=False):
+        lines.append(f"{verdict}: " + ", ".join(f"{e} ({w})" if w else e for e, w in zip(group["environment"], group["why"].fillna(""))))
+    not_compared = int((cells["verdict"] == NOT_COMPARED).sum())
+    if not_compared:
+        lines.append(f"{not_compared} cells not compared (not ok in one run, or in one run only): see {COMPARE_CELLS}")
+    grouped = comparison.differences.groupby(["section", "key", "a", "b"], sort=False)["environment"].agg(", ".join).reset_index()
+    lines += [f"differs: {r.section}.{r.key}: {r.a} -> {r.b} ({r.environment})" for r in grouped.head(PRINTED_DIFFERENCES).itertuples()]
+    if len(grouped) > PRINTED_DIFFERENCES:
+        lines.append(f"differs: {len(grouped) - PRINTED_DIFFERENCES} more, see {COMPARE_DIFFERENCES}")
+    return lines
+
+
+def run_compare(
+    run_a: str | os.PathLike[str], run_b: str | os.PathLike[str], threshold: float = DEFAULT_THRESHOLD,
+    alpha: float = DEFAULT_ALPHA, out: str | os.PathLike[str] | None = None,
+) -> int:  # fmt: skip
+    """The `compare` command: compare, write the report, print the summary; 1 when an environment got slower,
+    2 (with a one-line error) for bad input, else 0."""
+    try:
+        comparison = compare_runs(run_a, run_b, threshold, alpha)
+    except CompareError as error:
+        print(f"compare: {error}", file=sys.stderr)
+        return 2
+    report = write_report(comparison, out if out is not None else compare_dir(run_a, run_b))
+    print("\n".join(summary_lines(comparison)))
+    print(f"report: {report}")
+    return 1 if (comparison.environments["verdict"] == SLOWER).any() else 0

@@ -1,0 +1,167 @@
+"""The parameters of one environment's run, validated before anything is built."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, ValidationInfo, field_validator
+
+from benchlib.backends import PRECISIONS, backend_info, frameworks, modes
+from benchlib.config.catalogue import MODEL_SCALES, load_catalogue
+
+DEVICE_PATTERN = r"cpu|cuda(:\d+)?"
+
+
+class BenchmarkParams(BaseModel):
+    """Environment (framework, mode, precision, device, threads, the backend's options) and grid
+    (models, sizes, timing) of one run. Frameworks, their modes, precisions, devices and options
+    come from the backends' registry."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    environment: str = Field(min_length=1)
+    framework: str
+    mode: str
+    precision: str = "float32"
+    device: str = "cpu"
+    options: dict[str, Any] = Field(default_factory=dict, validate_default=True)
+    num_threads: int | Literal["cores"] | None = None
+    num_interop_threads: StrictInt | None = Field(default=None, ge=1)
+    models: list[str] = Field(min_length=1)
+    model_scale: Literal["full", "tiny"] = "full"
+    batch_sizes: list[StrictInt] = Field(min_length=1)
+    sequence_lengths: list[StrictInt] = Field(min_length=1)
+    warmup: StrictInt = Field(default=1, ge=0)
+    warmup_max_seconds: float = Field(default=5.0, ge=0)
+    repeat: int | Literal["auto"] = 30
+    number: StrictInt = Field(default=3, ge=1)
+    target_rel_ci: float = Field(default=0.02, gt=0, lt=1)
+    max_cell_seconds: float = Field(default=60.0, gt=0)
+    min_samples: StrictInt = Field(default=5, ge=2)
+    seed: int = 0
+    max_interference: float = Field(default=0.05, ge=0, le=1)
+    remeasure: StrictInt = Field(default=2, ge=0)
+    rounds: StrictInt = Field(default=1, ge=1)
+    current_round: StrictInt = Field(default=1, ge=1)
+    memory_limit_gb: float | None = Field(default=None, gt=0)
+    output_dir: str = Field(min_length=1)
+
+    @field_validator("num_threads", mode="before")
+    @classmethod
+    def _threads(cls, num_threads: Any) -> int | str | None:
+        if num_threads in (None, "cores") or (isinstance(num_threads, int) and not isinstance(num_threads, bool) and num_threads >= 1):
+            return num_threads
+        raise ValueError(f"must be a positive integer, 'cores' (every CPU this process may use) or null (the framework's default), not {num_threads!r}")
+
+    @field_validator("models")
+    @classmethod
+    def _known_models(cls, models: list[str]) -> list[str]:
+        catalogue = load_catalogue()
+        unknown = [m for m in models if m not in catalogue]
+        if unknown:
+            raise ValueError(f"unknown model {', '.join(unknown)}; the catalogue has: {', '.join(catalogue)}")
+        return models
+
+    @field_validator("repeat", mode="before")
+    @classmethod
+    def _repeat(cls, repeat: Any) -> int | str:
+        if repeat == "auto" or (isinstance(repeat, int) and not isinstance(repeat, bool) and repeat >= 1):
+            return repeat
+        raise ValueError(f"must be a positive integer or 'auto', not {repeat!r}")
+
+    @field_validator("batch_sizes", "sequence_lengths")
+    @classmethod
+    def _positive(cls, sizes: list[int]) -> list[int]:
+        if any(size < 1 for size in sizes):
+            raise ValueError("sizes must be positive integers")
+        return sizes
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, device: str, info: ValidationInfo) -> str:
+        if not re.fullmatch(DEVICE_PATTERN, device):
+            raise ValueError(f"must be cpu, cuda or cuda:N, not {device!r}")
+        framework = info.data.get("framework")
+        if framework and device.split(":")[0] not in backend_info(framework).devices:
+            raise ValueError(f"{framework} runs on {' or '.join(backend_info(framework).devices)} here, not {device!r}")
+        return device
+
+    @field_validator("framework")
+    @classmethod
+    def _registered(cls, framework: str) -> str:
+        if framework not in frameworks():
+            raise ValueError(f"must be one of {', '.join(frameworks())}, not {framework!r}")
+        return framework
+
+    @field_validator("mode")
+    @classmethod
+    def _mode_of_framework(cls, mode: str, info: ValidationInfo) -> str:
+        framework = info.data.get("framework")  # absent when the framework itself is invalid
+        if framework and mode not in modes(framework):
+            raise ValueError(f"mode for {framework} must be one of {', '.join(modes(framework))}, not {mode!r}")
+        return mode
+
+    @field_validator("precision")
+    @classmethod
+    def _precision_of_framework(cls, precision: str, info: ValidationInfo) -> str:
+        framework = info.data.get("framework")
+        allowed = backend_info(framework).precisions if framework else PRECISIONS
+        if precision not in allowed:
+            raise ValueError(f"precision for {framework or 'any framework'} must be one of {', '.join(allowed)}, not {precision!r}")
+        return precision
+
+    @field_validator("options")
+    @classmethod
+    def _options_of_framework(cls, options: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """The backend's options model checks them; they are kept with its defaults filled in."""
+        framework = info.data.get("framework")
+        if not framework:
+            return options
+        try:
+            return backend_info(framework).options(**options).model_dump()
+        except ValidationError as error:
+            problems = "; ".join(f"{'.'.join(map(str, p['loc'])) or framework}: {p['msg']}" for p in error.errors())
+            raise ValueError(f"for {framework}: {problems}") from None
+
+    @field_validator("current_round")
+    @classmethod
+    def _round_of_rounds(cls, current_round: int, info: ValidationInfo) -> int:
+        rounds = info.data.get("rounds")
+        if rounds is not None and current_round > rounds:
+            raise ValueError(f"must be between 1 and rounds ({rounds}), not {current_round}")
+        return current_round
+
+
+class ParameterError(ValueError):
+    """Parameters that do not validate; the message is one line per problem."""
+
+
+def format_validation_error(error: ValidationError, source: str = "parameters") -> str:
+    """One line per problem: source, field and what is allowed."""
+    lines = []
+    for problem in error.errors():
+        field = ".".join(str(part) for part in problem["loc"]) or "(parameters)"
+        message = problem["msg"].removeprefix("Value error, ")
+        if problem["type"] == "extra_forbidden":
+            message = f"unknown parameter; allowed: {', '.join(BenchmarkParams.model_fields)}"
+        elif problem["type"] == "literal_error" and field == "model_scale":
+            message = f"must be one of {', '.join(MODEL_SCALES)}"
+        lines.append(f"{source}: {field}: {message}")
+    return "\n".join(lines)
+
+
+def validate_params(values: dict[str, Any] | BenchmarkParams, source: str = "parameters") -> BenchmarkParams:
+    """`values` as `BenchmarkParams`; raises ParameterError with one line per problem."""
+    if isinstance(values, BenchmarkParams):
+        return values
+    try:
+        return BenchmarkParams(**values)
+    except ValidationError as error:
+        raise ParameterError(format_validation_error(error, source)) from None
+
+
+def notebook_parameters(namespace: Mapping[str, Any]) -> dict[str, Any]:
+    """The benchmark parameters defined in a notebook's namespace (its parameters cell and any injected by papermill)."""
+    return {name: namespace[name] for name in BenchmarkParams.model_fields if name in namespace}

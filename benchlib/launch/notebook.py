@@ -1,0 +1,60 @@
+"""Every papermill execution of the kit: a notebook run as a function, in a fresh kernel whose own messages
+go to a log file, with the runner's PID handed to the kernel."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from benchlib import status
+from benchlib.launch.kernel import KernelWatch
+from benchlib.store.recovery import RUNNER_PID_ENV
+
+
+def execute_notebook(notebook: Path, output: Path, parameters: dict[str, Any], log: Path, watch: KernelWatch | None = None) -> None:
+    """Execute `notebook` with `parameters` injected into a fresh kernel, the executed copy written to `output`;
+    the kernel works in the notebook's folder and writes its stdout and stderr to `log`. Raises what papermill
+    raises (the notebook's own exception, or a dead kernel's)."""
+    import papermill
+
+    papermill.execute_notebook(
+        str(notebook), str(output), parameters=parameters, cwd=str(notebook.parent), progress_bar=False,
+        kernel_manager_class=kernel_manager_logging_to(log, watch),
+    )  # fmt: skip
+
+
+def describe_failure(exc: BaseException) -> str:
+    """One line for a failed execution: the notebook's own exception where papermill reports one."""
+    ename, evalue = getattr(exc, "ename", None), getattr(exc, "evalue", None)
+    if ename:
+        message = " ".join(str(evalue).split())
+        return f"{ename}: {message}" if message else str(ename)
+    return status.describe(exc)
+
+
+def kernel_manager_logging_to(path: Path, watch: KernelWatch | None = None) -> type:
+    """A kernel manager class whose kernels write their process's stdout and stderr to `path`.
+
+    Framework start-up messages then stay out of the console and remain for a post-mortem.
+    With `watch`, the kernel's process is handed to it when the kernel starts. The kernel gets this
+    process's PID in RUNNER_PID_ENV, which marks its cells in flight as a runner's (`resolve_in_flight`).
+
+    A kernel ends with the process that started it, even one killed by SIGKILL: jupyter_client passes
+    that PID to the kernel (JPY_PARENT_PID), and ipykernel's ParentPollerUnix, a thread of the kernel,
+    polls its parent every second and exits once it has changed. That follows the process, not the
+    thread that started the kernel, so it holds as well for a Dask worker, which runs environments in
+    one of its threads; Linux's PR_SET_PDEATHSIG would kill the kernel when that thread ends, and would
+    need Popen's preexec_fn, which is unsafe in a process with threads. tests/launch/test_runner_death.py
+    checks it, since the folder's lock (held by the kernel) depends on it.
+    """
+    from jupyter_client import AsyncKernelManager
+
+    class LoggingKernelManager(AsyncKernelManager):
+        async def start_kernel(self, **kw: Any) -> None:
+            with open(path, "ab") as log:  # the kernel process keeps its own copy of the descriptor
+                await super().start_kernel(stdout=log, stderr=log, env={**os.environ, RUNNER_PID_ENV: str(os.getpid())}, **kw)
+            if watch is not None:
+                watch.process = getattr(self.provisioner, "process", None)  # a local kernel's Popen
+
+    return LoggingKernelManager

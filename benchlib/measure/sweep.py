@@ -1,0 +1,250 @@
+"""The sweep: every cell of the grid in one environment, one row per cell, written as it finishes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from benchlib import status
+from benchlib.backends import TOLERANCE, Backend, backend_info, is_out_of_memory, load_backend, not_installed, unsupported_reason, versions_of
+from benchlib.config.catalogue import ModelSpec, get_model
+from benchlib.config.params import BenchmarkParams, validate_params
+from benchlib.measure.flops import analytic_flops
+from benchlib.measure.interference import METHOD as INTERFERENCE_METHOD
+from benchlib.measure.interference import InterferenceMeter, make_meter
+from benchlib.measure.memory import CellPeakMemory
+from benchlib.measure.memory_limit import apply_memory_limit, at_memory_limit
+from benchlib.measure.probe import PROBE_WORKLOAD, run_probe
+from benchlib.measure.timing import Measurement, TimingSpec, measure, prepare_and_call_once
+from benchlib.store.environment import describe_environment, earlier_probes, write_environment
+from benchlib.store.layout import EXPORTS_DIR, results_path
+from benchlib.store.locking import environment_lock
+from benchlib.store.recovery import clear_in_flight, mark_in_flight, resolve_in_flight
+from benchlib.store.results import ResultsWriter, finished_cells, is_true, make_row, read_results, repair_results
+from benchlib.workloads import forward
+
+Cell = tuple[str, int, int]  # model, batch size, sequence length
+
+
+def grid_cells(params: BenchmarkParams) -> list[Cell]:
+    """Every cell of the grid, in the order it is measured: model, then batch size, then sequence length."""
+    return [(m, b, s) for m in params.models for b in params.batch_sizes for s in params.sequence_lengths]
+
+
+def timing_spec(params: BenchmarkParams) -> TimingSpec:
+    """How each cell of this run is timed."""
+    return TimingSpec(
+        warmup=params.warmup, warmup_max_seconds=params.warmup_max_seconds, repeat=params.repeat, number=params.number,
+        target_rel_ci=params.target_rel_ci, max_cell_seconds=params.max_cell_seconds, min_samples=params.min_samples,
+    )  # fmt: skip
+
+
+def measure_cell(
+    backend: Backend, model: Any, spec: ModelSpec, params: BenchmarkParams, batch_size: int, sequence_length: int,
+    meter: InterferenceMeter | None = None,
+) -> tuple[str, Measurement | None, str]:  # fmt: skip
+    """Time one cell on a built model: (status, measurement or None, reason)."""
+    peak = CellPeakMemory(backend)
+    try:
+        with backend.inference_context(), peak:
+            inputs = forward.make_inputs(backend, spec, params.model_scale, batch_size, sequence_length, params.seed)
+            call, prepare_s, first_call_s = prepare_and_call_once(lambda: forward.prepare_call(backend, model, inputs), backend.sync)
+            measurement = measure(call, timing_spec(params), backend.sync, first_call_s=first_call_s, prepare_s=prepare_s, meter=meter)
+            diff = forward.output_difference(backend, model, inputs, call())
+        measurement = dataclasses.replace(measurement, peak_memory_bytes=peak.bytes)
+    except Exception as exc:  # any failure ends this cell only
+        return failure(exc, params, peak.bytes if backend.device == "cpu" else None)
+    state, reason = agreement(diff, params.precision)
+    return state, dataclasses.replace(measurement, max_abs_diff=diff), reason
+
+
+def agreement(max_abs_diff: float | None, precision: str) -> tuple[str, str]:
+    """(status, reason) of a measured cell whose output differs from eager PyTorch float32's by `max_abs_diff`:
+    an `error` beyond the precision's tolerance (a fast wrong answer is not a result), else `ok`."""
+    if max_abs_diff is None or max_abs_diff <= TOLERANCE[precision]:
+        return status.OK, ""
+    return status.ERROR, f"output differs from eager PyTorch float32 by {max_abs_diff:.3g}, beyond the {precision} tolerance of {TOLERANCE[precision]:g}"
+
+
+def failure(exc: Exception, params: BenchmarkParams, peak_resident: int | None = None) -> tuple[str, None, str]:
+    """(status, None, reason) of a failed cell: `unsupported` where the backend says it cannot run the model,
+    `oom` for an allocator's error, or for any error raised while the process is at `memory_limit_gb`
+    (TensorFlow reports some failed allocations under other names)."""
+    if isinstance(exc, status.Unsupported):
+        return status.UNSUPPORTED, None, str(exc)
+    if is_out_of_memory(exc):
+        return status.OOM, None, status.describe(exc)
+    why = at_memory_limit(params.memory_limit_gb, peak_resident)
+    return (status.OOM, None, f"{status.describe(exc)} ({why})") if why else (status.ERROR, None, status.describe(exc))
+
+
+def sweep_model(
+    backend: Backend, spec: ModelSpec, params: BenchmarkParams, shapes: list[tuple[int, int]],
+    emit: Callable[..., None], begin: Callable[[Cell], None], meter: InterferenceMeter | None = None,
+) -> None:  # fmt: skip
+    """Measure `shapes` of one model, building it once and only if a shape needs it.
+
+    `begin(cell)` is called before a cell's model is built or measured, `emit(cell, status, ...)` when it ends.
+    """
+    unsupported = model_unsupported(backend, spec, params)
+    model, build_failure, attention = None, None, ""
+    for batch_size, sequence_length in shapes:
+        cell = (spec.name, batch_size, sequence_length)
+        if not spec.fits(sequence_length):
+            emit(cell, status.TOO_LONG, reason=f"longer than the model's maximum of {spec.max_sequence_length} positions")
+        elif unsupported:
+            emit(cell, status.UNSUPPORTED, reason=unsupported)
+        else:
+            begin(cell)
+            if model is None and build_failure is None:
+                try:
+                    model = backend.build(spec, params.model_scale)
+                    attention = backend.attn_implementation(model)
+                except Exception as exc:  # the model's cells fail, the sweep goes on
+                    state, _, reason = failure(exc, params)
+                    build_failure = (state, f"building the model: {reason}")
+            if build_failure:
+                backend.free()
+                emit(cell, build_failure[0], reason=build_failure[1])
+                continue
+            state, measurement, reason = measure_cell(backend, model, spec, params, batch_size, sequence_length, meter)
+            if state != status.OK:
+                backend.free()
+            emit(cell, state, measurement, reason, attn_implementation=attention)
+    del model
+    backend.free()
+
+
+def model_unsupported(backend: Backend, spec: ModelSpec, params: BenchmarkParams) -> str | None:
+    """Why this environment cannot run `spec` on this machine (every cell of the model is `unsupported`), or None.
+    A framework that is not installed comes first: its reason is the pip line that installs it."""
+    return not_installed(params.framework) or unsupported_reason(spec, params.framework, params.mode, params.precision) or backend.unsupported()
+
+
+def first_to_build(backend: Backend, spec: ModelSpec, params: BenchmarkParams, shapes: list[tuple[int, int]]) -> Cell | None:
+    """The first of `shapes` for which `sweep_model` builds the model (it fits and the environment can run it), or None."""
+    if model_unsupported(backend, spec, params):
+        return None
+    return next(((spec.name, b, s) for b, s in shapes if spec.fits(s)), None)
+
+
+def cells_to_remeasure(rows: pd.DataFrame, grid: list[Cell], attempt: int) -> list[Cell]:
+    """Cells of `grid` whose kept row is `ok` but disturbed, measured fewer than `attempt` times so far."""
+    if rows.empty:
+        return []
+    disturbed = rows[(rows["status"] == status.OK) & is_true(rows["disturbed"]) & (rows["attempts"] < attempt)]
+    again = set(finished_cells(disturbed))  # rows of the current round only: see `_run_locked`
+    return [cell for cell in grid if cell in again]
+
+
+def changed_options(params: BenchmarkParams) -> str:
+    """The backend options that differ from its defaults, as JSON ("" when none): the `options` column."""
+    defaults = backend_info(params.framework).options().model_dump()
+    changed = {key: value for key, value in params.options.items() if defaults.get(key) != value}
+    return json.dumps(changed, sort_keys=True) if changed else ""
+
+
+def run_environment(params: dict[str, Any] | BenchmarkParams, progress: bool = True) -> pd.DataFrame:
+    """Measure every cell of one environment's grid; rows go to `<output_dir>/results.csv` as they finish.
+
+    Cells that already have a row for this round (`current_round`) in that file are not measured
+    again: a rerun resumes. A row cut off by a killed process is set aside, and a cell that was
+    in flight when its process died gets a `crashed` row, or is measured again when its runner was stopped
+    too (`resolve_in_flight`). After the sweep, cells disturbed by other processes are measured
+    again, up to `remeasure` times (each attempt is a row; `read_results` keeps the least
+    disturbed). The speed probe runs at the start, before each model and at the end.
+    Only one process at a time may write into `output_dir`. Returns the kept rows.
+    """
+    params = validate_params(params)
+    output_dir = Path(params.output_dir)
+    apply_memory_limit(params.memory_limit_gb)
+    with environment_lock(output_dir):
+        return _run_locked(params, output_dir, progress)
+
+
+def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd.DataFrame:
+    """`run_environment` once the folder's lock is held."""
+    results = results_path(output_dir)
+    repair_results(results)
+    resolve_in_flight(output_dir)
+    resuming = results.exists() and results.stat().st_size > 0
+    done = finished_cells(read_results(results), params.current_round) if resuming else set()
+    grid = grid_cells(params)
+    todo = [cell for cell in grid if cell not in done]
+
+    backend = load_backend(
+        params.framework, params.mode, params.device, params.num_threads, params.num_interop_threads,
+        precision=params.precision, options=params.options, seed=params.seed, cache_dir=output_dir.parent / EXPORTS_DIR,
+    )  # fmt: skip
+    meter = make_meter()
+    description = describe_environment(params.model_dump(), backend.settings(), backend.versions(), versions_of(params.framework))
+    description["interference"] = {"measured": meter is not None, "max_interference": params.max_interference, "method": INTERFERENCE_METHOD}
+    description["probe_workload"] = PROBE_WORKLOAD
+    probes = earlier_probes(output_dir) if resuming else []
+    environment = {key: getattr(params, key) for key in ("environment", "framework", "mode", "precision", "device", "model_scale")}
+    environment["options"] = changed_options(params)
+    environment["round"] = params.current_round
+
+    def probe(label: str) -> float | str:
+        try:
+            record = {**run_probe(label).as_dict(), "round": params.current_round}
+        except MemoryError as exc:  # at memory_limit_gb after a cell that ran out: the sweep goes on
+            record = {"label": label, "round": params.current_round, "seconds": None, "error": status.describe(exc)}
+        probes.append(record)
+        write_environment(output_dir, {**description, "probes": probes})
+        return "" if record["seconds"] is None else record["seconds"]
+
+    with ResultsWriter(output_dir) as writer, tqdm(total=len(todo), desc=params.environment, disable=not progress) as bar:
+        now = {"attempt": 1, "probe_s": probe("start")}
+
+        def row_of(cell: Cell) -> dict[str, Any]:
+            model, batch_size, sequence_length = cell
+            return {**environment, "model": model, "batch_size": batch_size, "sequence_length": sequence_length, **now}
+
+        def begin(cell: Cell, probing: bool = False) -> None:
+            # `probing`: marked before the speed probe that precedes its model (whose time it does not have yet)
+            mark_in_flight(output_dir, {**row_of(cell), "probe_s": ""} if probing else row_of(cell))
+            bar.set_postfix_str(f"{cell[0]} {cell[1]}x{cell[2]}")
+
+        def emit(cell: Cell, state: str, measurement: Measurement | None = None, reason: str = "", attn_implementation: str = "") -> None:
+            interference = measurement.interference if measurement else None
+            disturbed = interference.disturbed(params.max_interference) if interference else ""
+            flops = analytic_flops(get_model(cell[0]), params.model_scale, cell[1], cell[2]) if measurement else ""
+            row = {**row_of(cell), "disturbed": disturbed, "attn_implementation": attn_implementation, "flops": flops}
+            writer.append(make_row(row, state, measurement, reason))
+            clear_in_flight(output_dir)
+            bar.set_postfix_str(f"{cell[0]} {cell[1]}x{cell[2]} {state}{' disturbed' if disturbed else ''}")
+            bar.update()
+
+        def sweep(cells: list[Cell], label: str) -> None:
+            for name in dict.fromkeys(model for model, _, _ in cells):
+                spec = get_model(name)
+                shapes = [(b, s) for model, b, s in cells if model == name]
+                # A kernel that dies in the probe or while building the model leaves a record of the cell it was working towards.
+                if (first := first_to_build(backend, spec, params, shapes)) is not None:
+                    begin(first, probing=True)
+                now["probe_s"] = probe(f"before {name}{label}")
+                sweep_model(backend, spec, params, shapes, emit, begin, meter)
+
+        try:
+            sweep(todo, "")
+            for attempt in range(2, params.remeasure + 2):
+                rows = read_results(results)
+                this_round = rows[rows["round"] == params.current_round]
+                again = cells_to_remeasure(this_round, grid, attempt)
+                if not again:
+                    break
+                now["attempt"] = attempt
+                bar.total += len(again)
+                sweep(again, f" (attempt {attempt}: {len(again)} disturbed cells)")
+            probe("end")
+        except KeyboardInterrupt:  # stopped by the user, not a crash: the cell is measured again next time
+            clear_in_flight(output_dir)
+            raise
+    return read_results(results)

@@ -1,0 +1,258 @@
+"""Framework-neutral timing: preparation and a first call, warm-up until stable, then samples of `number` calls each.
+
+Modelled on `torch.utils.benchmark`: a frozen `TimingSpec` says what is timed, a
+`Measurement` keeps the raw per-call sample times and derives statistics from them.
+Samples are either a fixed `repeat` (the 2019 study: 30 samples of 3 calls) or, with
+`repeat="auto"`, taken until the mean is known well enough or the cell's time is spent.
+Garbage collection is off while samples are taken (as in `timeit` and `torch.utils.benchmark`).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from benchlib.measure import stats
+from benchlib.measure.interference import Interference, InterferenceMeter
+
+Clock = Callable[[], float]
+Sync = Callable[[Any], None]
+
+AUTO = "auto"
+# Why sampling stopped (the `stop_reason` column).
+FIXED = "fixed"  # the fixed `repeat` was taken
+CONVERGED = "converged"  # auto: the 95% CI half-width came within `target_rel_ci` of the mean
+TIME_BUDGET = "time_budget"  # auto: `max_cell_seconds` of sampling spent first
+MAX_SAMPLES = "max_samples"  # auto: `max_samples` taken first
+STOP_REASONS: tuple[str, ...] = (FIXED, CONVERGED, TIME_BUDGET, MAX_SAMPLES)
+# Warm-up is stable when two successive batches of calls agree within this fraction.
+WARMUP_TOLERANCE = 0.05
+# A warm-up batch holds enough calls to last at least this long (one call when a call is longer).
+WARMUP_BATCH_SECONDS = 0.05
+
+
+def no_sync(output: Any) -> None:
+    """Synchronisation for a device whose calls return when their work is done (the CPU)."""
+
+
+@dataclass(frozen=True)
+class TimingSpec:
+    """How one cell is timed. The 2019 study used repeat=30, number=3.
+
+    Warm-up: at least `warmup` calls, then batches of calls until two successive batches agree
+    within `WARMUP_TOLERANCE` per call, or `warmup_max_seconds` of warm-up are spent.
+    With `repeat="auto"`, samples are taken until the 95% confidence interval of the mean is
+    within `target_rel_ci` of it, or `max_cell_seconds` of sampling are spent, or `max_samples`
+    are taken; never fewer than `min_samples`.
+    """
+
+    warmup: int = 1
+    warmup_max_seconds: float = 5.0
+    repeat: int | str = 30
+    number: int = 3
+    target_rel_ci: float = 0.02
+    max_cell_seconds: float = 60.0
+    min_samples: int = 5
+    max_samples: int = 1000
+
+    def __post_init__(self) -> None:
+        repeat_ok = self.repeat == AUTO or (isinstance(self.repeat, int) and self.repeat >= 1)
+        if self.warmup < 0 or not repeat_ok or self.number < 1:
+            raise ValueError(f"need warmup >= 0, repeat >= 1 or 'auto', number >= 1; got {self}")
+        if not (self.target_rel_ci > 0 and self.max_cell_seconds > 0 and 2 <= self.min_samples <= self.max_samples):
+            raise ValueError(f"need target_rel_ci > 0, max_cell_seconds > 0, 2 <= min_samples <= max_samples; got {self}")
+        if self.warmup_max_seconds < 0:
+            raise ValueError(f"need warmup_max_seconds >= 0; got {self}")
+
+    @property
+    def adaptive(self) -> bool:
+        return self.repeat == AUTO
+
+
+def _number_or_blank(value: float | None) -> float | str:
+    """`value`, or "" where there is none (a one-sample interval, an unmeasured peak)."""
+    return "" if value is None or math.isnan(value) else value
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Raw per-call sample times of one cell (each sample is the mean over `number` calls)."""
+
+    samples_s: tuple[float, ...]
+    number: int
+    first_call_s: float | None = None
+    stop_reason: str = FIXED
+    peak_memory_bytes: int | None = None
+    prepare_s: float | None = None
+    warmup_calls: int = 0
+    interference: Interference | None = None
+    max_abs_diff: float | None = None  # largest absolute difference from eager PyTorch float32's output
+
+    def row_fields(self) -> dict[str, Any]:
+        """The columns of a results row that this measurement fills."""
+        return {
+            "mean_s": self.mean_s, "median_s": self.median_s, "min_s": self.min_s, "std_s": self.std_s,
+            "repeat": len(self.samples_s), "number": self.number, "first_call_s": self.first_call_s,
+            "samples_s": json.dumps(list(self.samples_s)), "iqr_s": self.iqr_s,
+            "ci95_low_s": _number_or_blank(self.ci95_s[0]), "ci95_high_s": _number_or_blank(self.ci95_s[1]),
+            "noisy": self.noisy, "stop_reason": self.stop_reason, "peak_memory_bytes": _number_or_blank(self.peak_memory_bytes),
+            "prepare_s": _number_or_blank(self.prepare_s), "warmup_calls": self.warmup_calls,
+            "interference": "" if self.interference is None else round(self.interference.fraction, 4),
+            "max_abs_diff": _number_or_blank(self.max_abs_diff),
+        }  # fmt: skip
+
+    @property
+    def mean_s(self) -> float:
+        return statistics.fmean(self.samples_s)
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.samples_s)
+
+    @property
+    def min_s(self) -> float:
+        return min(self.samples_s)
+
+    @property
+    def std_s(self) -> float:
+        """Sample standard deviation (0 for a single sample)."""
+        return statistics.stdev(self.samples_s) if len(self.samples_s) > 1 else 0.0
+
+    @property
+    def iqr_s(self) -> float:
+        return stats.iqr(self.samples_s)
+
+    @property
+    def ci95_s(self) -> tuple[float, float]:
+        """95% confidence interval of the mean per call (t distribution); NaN for one sample."""
+        return stats.ci95(self.samples_s)
+
+    @property
+    def noisy(self) -> bool:
+        """The interquartile range exceeds 10% of the median."""
+        return stats.is_noisy(self.samples_s)
+
+    @property
+    def calls(self) -> int:
+        """Timed calls behind the samples."""
+        return len(self.samples_s) * self.number
+
+
+def prepare_and_call_once(
+    make_call: Callable[[], Callable[[], Any]], sync: Sync = no_sync, clock: Clock = time.perf_counter
+) -> tuple[Callable[[], Any], float, float]:
+    """Prepare a call (trace, compile, export) and run it once: (the call, preparation seconds, first call seconds)."""
+    start = clock()
+    call = make_call()
+    prepared = clock()
+    sync(call())
+    return call, prepared - start, clock() - prepared
+
+
+def _sample(call: Callable[[], Any], number: int, sync: Sync, clock: Clock) -> tuple[float, float]:
+    """Time `number` back-to-back calls: (seconds per call, clock at the end)."""
+    start = clock()
+    for _ in range(number):
+        output = call()
+    sync(output)
+    end = clock()
+    return (end - start) / number, end
+
+
+def warm_up(call: Callable[[], Any], spec: TimingSpec, sync: Sync = no_sync, clock: Clock = time.perf_counter) -> int:
+    """Untimed calls until the per-call time is stable; returns how many calls were made.
+
+    First `spec.warmup` calls (none at all when it is 0). Then batches, each of enough calls to
+    last `WARMUP_BATCH_SECONDS` at the latest per-call time, until the median call of one batch is
+    within `WARMUP_TOLERANCE` of the median call of the batch before it (the first batch is compared
+    with the last of the `warmup` calls), or `spec.warmup_max_seconds` have been spent since the
+    warm-up began. This lets TorchScript's profiling executor, XLA and autotuning settle before
+    samples are taken. Each call is timed on its own, so that the median ignores a stray slow call.
+    """
+    if spec.warmup == 0:
+        return 0
+    began = clock()
+    latest = 0.0
+    for _ in range(spec.warmup):
+        latest = _sample(call, 1, sync, clock)[0]
+    calls = spec.warmup
+    while clock() - began < spec.warmup_max_seconds:
+        batch = max(1, math.ceil(WARMUP_BATCH_SECONDS / latest)) if latest > 0 else 1
+        median = statistics.median(_sample(call, 1, sync, clock)[0] for _ in range(batch))
+        calls += batch
+        if abs(median - latest) <= WARMUP_TOLERANCE * latest:
+            break
+        latest = median
+    return calls
+
+
+def stop_reason(running: stats.RunningMean, spec: TimingSpec, elapsed_s: float) -> str | None:
+    """Why adaptive sampling stops after these samples, or None to take another."""
+    if running.count < spec.min_samples:
+        return None
+    if running.relative_ci95_half_width() <= spec.target_rel_ci:
+        return CONVERGED
+    if elapsed_s >= spec.max_cell_seconds:
+        return TIME_BUDGET
+    if running.count >= spec.max_samples:
+        return MAX_SAMPLES
+    return None
+
+
+def _take_samples(call: Callable[[], Any], spec: TimingSpec, sync: Sync, clock: Clock) -> tuple[list[float], str]:
+    """Samples of `spec.number` back-to-back calls, and why sampling stopped."""
+    samples: list[float] = []
+    if not spec.adaptive:
+        for _ in range(spec.repeat):
+            samples.append(_sample(call, spec.number, sync, clock)[0])
+        return samples, FIXED
+    running = stats.RunningMean()
+    began = clock()
+    while True:
+        per_call, end = _sample(call, spec.number, sync, clock)
+        samples.append(per_call)
+        running.add(per_call)
+        reason = stop_reason(running, spec, end - began)
+        if reason:
+            return samples, reason
+
+
+def measure(
+    call: Callable[[], Any],
+    spec: TimingSpec,
+    sync: Sync = no_sync,
+    clock: Clock = time.perf_counter,
+    first_call_s: float | None = None,
+    prepare_s: float | None = None,
+    meter: InterferenceMeter | None = None,
+) -> Measurement:
+    """Time `call`: warm-up until stable (`warm_up`), then samples of `spec.number` back-to-back calls.
+
+    `sync(output)` runs before every clock read, so that work queued on a device is inside
+    the interval it belongs to. Between two clock reads there are only the `number` calls
+    and one sync; the stopping rule of `repeat="auto"` runs between samples. Garbage
+    collection is off while samples are taken. `meter` (if any) reads the machine's counters
+    before the warm-up and after the last sample: the cell's calls in steady state, a window
+    long enough for the counters' clock ticks even when the samples alone are a few milliseconds.
+    """
+    if meter is not None:
+        meter.start()
+    warmup_calls = warm_up(call, spec, sync, clock)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        samples, reason = _take_samples(call, spec, sync, clock)
+        interference = meter.stop() if meter is not None else None
+    finally:
+        if collecting:
+            gc.enable()
+    return Measurement(
+        samples_s=tuple(samples), number=spec.number, first_call_s=first_call_s, stop_reason=reason,
+        prepare_s=prepare_s, warmup_calls=warmup_calls, interference=interference,
+    )  # fmt: skip

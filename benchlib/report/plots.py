@@ -1,0 +1,165 @@
+"""The summary's figures (seaborn). Each function returns a matplotlib Figure, closed in pyplot: `save_figure` writes it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import matplotlib
+
+if "ipykernel" not in sys.modules:  # outside a notebook: draw to files only
+    matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+from matplotlib.colors import ListedColormap, LogNorm  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter  # noqa: E402
+
+from benchlib import status  # noqa: E402
+from benchlib.analysis import significance  # noqa: E402
+from benchlib.analysis.comparisons import paired_cells  # noqa: E402
+from benchlib.analysis.runs import NOT_MEASURED, prepare, shape_name  # noqa: E402
+from benchlib.store.layout import figure_path  # noqa: E402
+
+
+def time_vs_sequence(rows: pd.DataFrame) -> Figure:
+    """Time per call (`time_s`: the median over rounds of each round's median) against sequence length:
+    one panel per model and batch size, one line per environment, log scales."""
+    ok = prepare(rows)
+    ok = ok[ok["status"] == status.OK]
+    if ok.empty:
+        raise ValueError("rows: no ok cell to plot")
+    grid = sns.relplot(
+        data=ok, x="sequence_length", y="time_s", hue="environment", row="model", col="batch_size",
+        kind="line", marker="o", height=2.2, aspect=1.5, facet_kws={"sharey": "row", "margin_titles": True},
+    )  # fmt: skip
+    lengths = sorted(ok["sequence_length"].unique())
+    for ax in grid.axes.flat:
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.xaxis.set_major_locator(FixedLocator(lengths))
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_locator(NullLocator())
+    grid.set_axis_labels("sequence length (tokens)", "time per call (s)")
+    grid.set_titles(row_template="{row_name}", col_template="batch size {col_name}")
+    sns.move_legend(grid, "lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(4, ok["environment"].nunique()), frameon=False)
+    grid.figure.suptitle("Inference time against sequence length (cells with status ok)", y=1.04)
+    plt.close(grid.figure)
+    return grid.figure
+
+
+def ratio_heatmap(rows: pd.DataFrame) -> Figure:
+    """TensorFlow / PyTorch time per model and shape; cells without a ratio show their statuses."""
+    cells = paired_cells(rows, "pytorch_vs_tensorflow")
+    if not cells["paired"].any():
+        raise ValueError("rows: no cell is ok in both eager PyTorch and TensorFlow (tf.function)")
+    keys = ["device", "machine", "base_environment", "other_environment"]
+    pairs = list(cells.groupby(keys, sort=False))
+    ratios = cells.loc[cells["paired"], "ratio"]
+    span = max(float(np.abs(np.log(ratios)).max()), np.log(1.5))
+    shapes = [shape_name(b, s) for b, s in sorted(set(zip(cells["batch_size"], cells["sequence_length"])))]
+    models = list(dict.fromkeys(cells["model"]))
+    figure = plt.figure(figsize=(2.5 + 0.9 * len(shapes), (1.5 + 0.45 * len(models)) * len(pairs)), layout="constrained")
+    for ax, ((device, machine, pt_env, tf_env), pair) in zip(figure.subplots(len(pairs), 1, squeeze=False)[:, 0], pairs):
+        labels = [f"{r:.2f}" if ok else f"{b}/{o}" for r, ok, b, o in zip(pair["ratio"], pair["paired"], pair["base_status"], pair["other_status"])]
+        table = pair.assign(label=labels).pivot(index="model", columns="shape", values=["ratio", "label"])
+        table = table.reindex(index=[m for m in models if m in set(pair["model"])], columns=shapes, level=1)
+        sns.heatmap(
+            table["ratio"].astype(float), annot=table["label"].to_numpy(), fmt="", ax=ax,
+            cmap="RdBu_r", norm=LogNorm(np.exp(-span), np.exp(span)), annot_kws={"fontsize": 7},
+            cbar_kws={"label": "TF time / PT time (ratio, log scale)"},
+        )  # fmt: skip
+        ax.set_facecolor("0.9")
+        for (i, j), label in np.ndenumerate(table["label"].to_numpy()):
+            if pd.isna(table["ratio"].iloc[i, j]):  # seaborn leaves masked cells blank
+                ax.text(j + 0.5, i + 0.5, label if isinstance(label, str) else NOT_MEASURED, ha="center", va="center", fontsize=6, color="0.3")
+        colorbar = ax.collections[0].colorbar
+        colorbar.set_ticks([t for t in (0.125, 0.25, 0.5, 1, 2, 4, 8) if np.exp(-span) <= t <= np.exp(span)])
+        colorbar.set_ticklabels([f"{t:g}" for t in colorbar.get_ticks()])
+        colorbar.ax.yaxis.set_minor_locator(NullLocator())
+        ax.set_title(f"TensorFlow ({tf_env}) / PyTorch ({pt_env}) time on {device} ({machine})\nabove 1: PyTorch faster; PT/TF status where no ratio")
+        ax.set_xlabel("shape (batch size x sequence length)")
+        ax.set_ylabel("model")
+    plt.close(figure)
+    return figure
+
+
+def averages_bars(averages: pd.DataFrame) -> Figure:
+    """The framework averages (from `tables.framework_averages`) as bars, the study's beside the naive, with the cells used."""
+    if averages.empty:
+        raise ValueError("averages: no environment to plot")
+    kinds = {"mean_s": "cells ok in every environment (study)", "naive_mean_s": "each environment's own ok cells (naive)"}
+    groups = list(averages.groupby(["device", "machine"], sort=False))
+    figure = plt.figure(figsize=(3 + 1.6 * averages["environment"].nunique(), 4.2 * len(groups)), layout="constrained")
+    for ax, ((device, machine), group) in zip(figure.subplots(len(groups), 1, squeeze=False)[:, 0], groups):
+        long = group.melt(id_vars=["environment"], value_vars=list(kinds), var_name="average", value_name="seconds")
+        long["average"] = long["average"].map(kinds)
+        order = list(group["environment"])
+        sns.barplot(data=long, x="environment", y="seconds", hue="average", hue_order=list(kinds.values()), order=order, ax=ax)
+        used = group.set_index("environment")["cells_used"]
+        ax.bar_label(ax.containers[0], labels=[f"{used[e]} cells" for e in order], fontsize=8)
+        excluded = int(group["cells_excluded"].iloc[0])
+        ax.set_title(f"Average inference time per call on {device} ({machine})\n{excluded} cells excluded: not ok in some environment")
+        ax.set_xlabel("environment")
+        ax.set_ylabel("mean time per call (s)")
+        ax.legend(title="averaged over", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    plt.close(figure)
+    return figure
+
+
+def _margin_label(margin: float, verdict: str) -> str:
+    """A fastest cell's text: its margin over the runner-up, in parentheses where it is not clear; `only` without a runner-up."""
+    if pd.isna(margin):
+        return "only"
+    return f"{margin:.2f}x" if verdict == significance.FASTER else f"({margin:.2f}x)"
+
+
+def fastest_heatmap(fastest: pd.DataFrame) -> Figure:
+    """The fastest environment per model and shape (from `speedups.fastest`), one panel per device and machine:
+    colour = the environment, text = its margin over the runner-up (in parentheses where the margin is not clear)."""
+    won = fastest[fastest["fastest"].fillna("") != ""]
+    if won.empty:
+        raise ValueError("fastest: no cell is ok in any environment")
+    winners = list(dict.fromkeys(won["fastest"]))
+    palette = sns.color_palette("tab10" if len(winners) <= 10 else "husl", len(winners))
+    shapes = [shape_name(b, s) for b, s in sorted(set(zip(fastest["batch_size"], fastest["sequence_length"])))]
+    models = list(dict.fromkeys(fastest["model"]))
+    groups = list(fastest.groupby(["device", "machine"], sort=False))
+    figure = plt.figure(figsize=(4.5 + 0.9 * len(shapes), (1.5 + 0.45 * len(models)) * len(groups)), layout="constrained")
+    for ax, ((device, machine), group) in zip(figure.subplots(len(groups), 1, squeeze=False)[:, 0], groups):
+        cells = group.assign(
+            shape=[shape_name(b, s) for b, s in zip(group["batch_size"], group["sequence_length"])],
+            code=group["fastest"].map({env: i for i, env in enumerate(winners)}),
+            label=[_margin_label(m, v) if env else "none ok" for m, v, env in zip(group["margin"], group["verdict"], group["fastest"].fillna(""))],
+        )  # fmt: skip
+        table = cells.pivot(index="model", columns="shape", values=["code", "label"])
+        table = table.reindex(index=[m for m in models if m in set(cells["model"])], columns=shapes, level=1)
+        sns.heatmap(
+            table["code"].astype(float), annot=table["label"].to_numpy(), fmt="", ax=ax, cbar=False, linewidths=0.5,
+            cmap=ListedColormap(palette), vmin=-0.5, vmax=len(winners) - 0.5, annot_kws={"fontsize": 7},
+        )  # fmt: skip
+        ax.set_facecolor("0.9")
+        for (i, j), label in np.ndenumerate(table["label"].to_numpy()):
+            if pd.isna(table["code"].iloc[i, j]):  # seaborn leaves masked cells blank
+                ax.text(j + 0.5, i + 0.5, label if isinstance(label, str) else NOT_MEASURED, ha="center", va="center", fontsize=6, color="0.3")
+        present = [env for env in winners if env in set(cells["fastest"])]
+        ax.legend(handles=[Patch(color=palette[winners.index(env)], label=env) for env in present], title="fastest environment",
+                  fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # fmt: skip
+        ax.set_title(f"The fastest environment per model and shape on {device} ({machine})\ntext: its margin over the runner-up (time ratio); in parentheses: not clear")
+        ax.set_xlabel("shape (batch size x sequence length)")
+        ax.set_ylabel("model")
+    plt.close(figure)
+    return figure
+
+
+def save_figure(figure: Figure, output_dir: str | os.PathLike[str], name: str) -> Path:
+    """Write `figure` as the summary's figure `name` (`store.layout.figure_path`) under `output_dir`; returns its path."""
+    path = figure_path(output_dir, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110, bbox_inches="tight")
+    return path

@@ -1,0 +1,111 @@
+"""A run's summary: notebooks/summary.ipynb executed (`launch.notebook.execute_notebook`), rendered to HTML without its code;
+and what the notebook calls to show its tables, findings and figures."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+from matplotlib.figure import Figure
+
+from benchlib import paths
+from benchlib.analysis.tables import save_table
+from benchlib.launch.notebook import execute_notebook
+from benchlib.store import layout
+
+
+def notebook_path() -> Path:
+    """notebooks/summary.ipynb of the kit's checkout (the folder that holds benchlib/)."""
+    path = paths.SUMMARY_NOTEBOOK
+    if not path.is_file():
+        raise FileNotFoundError(f"the summary notebook is missing: {path} (benchlib renders summaries from a checkout of the kit)")
+    return path
+
+
+def render_summary(run_dirs: list[Path] | list[str], output_dir: Path | None = None) -> Path:
+    """Execute the summary notebook on `run_dirs` into `<output_dir>/summary.ipynb`, render `summary.html`, return its path.
+
+    `output_dir` defaults to the first run folder; the notebook writes tables/*.csv and figures/*.png there.
+    """
+    from nbconvert import HTMLExporter
+
+    if isinstance(run_dirs, (str, os.PathLike)):
+        run_dirs = [run_dirs]
+    runs = [Path(run_dir).resolve() for run_dir in run_dirs]
+    if not runs:
+        raise ValueError("run_dirs: give at least one run folder")
+    missing = [str(run) for run in runs if not run.is_dir()]
+    if missing:
+        raise FileNotFoundError(f"run_dirs: not a folder: {', '.join(missing)}")
+    output = Path(output_dir).resolve() if output_dir is not None else runs[0]
+    output.mkdir(parents=True, exist_ok=True)
+    executed = output / layout.SUMMARY_NOTEBOOK
+    execute_notebook(notebook_path(), executed, {"run_dirs": [str(run) for run in runs], "output_dir": str(output)}, output / layout.KERNEL_LOG)
+    exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
+    body, _ = exporter.from_notebook_node(nbformat.read(executed, as_version=4))
+    html = output / layout.SUMMARY_HTML
+    html.write_text(body, encoding="utf-8")
+    return html
+
+
+def _display_notes(notes: list[str]) -> None:
+    from IPython.display import Markdown, display
+
+    if notes:
+        display(Markdown("\n".join(f"- {note}" for note in notes)))
+
+
+def _caption_value(value: object) -> str:
+    """A value for a table's caption: floats to 4 significant digits, `none` for a blank."""
+    if value is None or value == "" or (isinstance(value, float) and pd.isna(value)):
+        return "none"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def table_view(table: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """`table` as shown: its index turned into columns, and, on two rows or more, the columns that hold one value
+    on every row left out and named in the caption returned with it (`name: value · ...`)."""
+    shown = table.reset_index(drop=isinstance(table.index, pd.RangeIndex))
+    text = shown.astype(str)
+    constant = [column for column in shown.columns if text[column].nunique(dropna=False) == 1] if len(shown) > 1 else []
+    if len(constant) == len(shown.columns):
+        constant = []
+    caption = " · ".join(f"{column}: {_caption_value(shown[column].iloc[0])}" for column in constant)
+    return shown.drop(columns=constant), caption
+
+
+def show_table(table: pd.DataFrame, output_dir: str | os.PathLike[str], name: str, notes: list[str] | None = None, when_empty: str | None = None) -> None:
+    """In the notebook: save `table` (every column) as tables/<name>.csv (`tables.save_table`) and display its `table_view`, without the
+    index and with the columns that hold one value in the caption, then `notes`.
+
+    An empty table is left out: `when_empty` (else the notes, else a sentence saying so) is shown instead.
+    """
+    from IPython.display import display
+
+    notes = list(notes or [])
+    if table.empty:
+        _display_notes([when_empty] if when_empty else notes or [f"These runs have nothing for this table ({name}): it is left out."])
+        return
+    save_table(table, output_dir, name)
+    shown, caption = table_view(table)
+    floats = shown.select_dtypes("float").columns
+    display(shown.style.hide(axis="index").set_caption(caption).format(na_rep="").format("{:.4g}", subset=floats, na_rep=""))
+    _display_notes(notes)
+
+
+def show_findings(sentences: list[str]) -> None:
+    """In the notebook: the findings, under a heading, as a list."""
+    from IPython.display import Markdown, display
+
+    display(Markdown("## Findings\n\n" + "\n".join(f"- {sentence}" for sentence in sentences)))
+
+
+def show_figure(figure: Figure, output_dir: str | os.PathLike[str], name: str) -> None:
+    """In the notebook: save `figure` as figures/<name>.png and display it."""
+    from IPython.display import Image, display
+
+    from benchlib.report.plots import save_figure
+
+    display(Image(filename=save_figure(figure, output_dir, name)))

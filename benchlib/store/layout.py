@@ -1,0 +1,114 @@
+"""The run folder's layout: the one place that names its files.
+
+```
+<run>/                       machine_limits.json, machine_limits.<device>.ipynb, kernel.log, exports/,
+                             summary.ipynb, summary.html, tables/*.csv, figures/*.png, compare-<run>/
+<run>/<environment>/         results.csv, environment.json, benchmark.ipynb (benchmark.round<N>.ipynb),
+                             kernel.log, in_flight.json, .lock, results.cutoff.txt, results.<timestamp>.csv
+```
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+RESULTS_FILE = "results.csv"
+ENVIRONMENT_FILE = "environment.json"
+IN_FLIGHT_FILE = "in_flight.json"
+LOCK_FILE = ".lock"
+CUTOFF_FILE = "results.cutoff.txt"
+KERNEL_LOG = "kernel.log"
+EXECUTED_NOTEBOOK = "benchmark.ipynb"
+LIMITS_FILE = "machine_limits.json"
+EXPORTS_DIR = "exports"  # beside the environments in the run folder
+SUMMARY_NOTEBOOK = "summary.ipynb"
+SUMMARY_HTML = "summary.html"
+TABLES_DIR = "tables"
+FIGURES_DIR = "figures"
+COMPARE_CELLS = "cells.csv"
+COMPARE_ENVIRONMENTS = "environments.csv"
+COMPARE_DIFFERENCES = "differences.csv"
+COMPARE_HTML = "compare.html"
+
+PathLike = str | os.PathLike[str]
+
+
+def results_path(path: PathLike) -> Path:
+    """The results.csv of an environment folder (`path` itself when it names the file)."""
+    path = Path(path)
+    return path / RESULTS_FILE if path.is_dir() or path.suffix != ".csv" else path
+
+
+def executed_notebook(env_dir: PathLike, round_number: int = 1) -> Path:
+    """The record of one round: benchmark.ipynb for round 1, benchmark.round<N>.ipynb after."""
+    name = EXECUTED_NOTEBOOK if round_number == 1 else f"{Path(EXECUTED_NOTEBOOK).stem}.round{round_number}.ipynb"
+    return Path(env_dir) / name
+
+
+def set_aside_path(env_dir: PathLike, stamp: str) -> Path:
+    """Where --force keeps an earlier results.csv: results.<stamp>.csv."""
+    return Path(env_dir) / f"{Path(RESULTS_FILE).stem}.{stamp}.csv"
+
+
+def limits_notebook(run_dir: PathLike, device: str) -> Path:
+    """The record of the machine's limits measured for `device`: machine_limits.<device>.ipynb."""
+    return Path(run_dir) / f"{Path(LIMITS_FILE).stem}.{device.replace(':', '-')}.ipynb"
+
+
+def limits_notebook_device(name: str) -> str | None:
+    """The device whose limits notebook is named `name` (the inverse of `limits_notebook`), or None."""
+    stem = Path(LIMITS_FILE).stem
+    if not (name.startswith(f"{stem}.") and name.endswith(".ipynb")):
+        return None
+    return name.removeprefix(f"{stem}.").removesuffix(".ipynb").replace("-", ":")
+
+
+def host_file(path: Path, host: str) -> Path:
+    """`path` set apart for another host of a cluster: <stem>.<host><suffix>."""
+    return path.with_name(f"{path.stem}.{host}{path.suffix}")
+
+
+def table_path(output_dir: PathLike, name: str) -> Path:
+    """A summary table: tables/<name>.csv."""
+    return Path(output_dir) / TABLES_DIR / f"{name}.csv"
+
+
+def figure_path(output_dir: PathLike, name: str) -> Path:
+    """A summary figure: figures/<name>.png."""
+    return Path(output_dir) / FIGURES_DIR / f"{name}.png"
+
+
+def environment_dirs(run_dir: PathLike) -> list[Path]:
+    """The environment folders of a run: every `<run_dir>/<env>/` with a results.csv (or the run itself)."""
+    run_dir = Path(run_dir)
+    own = [run_dir] if (run_dir / RESULTS_FILE).is_file() else []
+    return own + sorted(p.parent for p in run_dir.glob(f"*/{RESULTS_FILE}"))
+
+
+def last_written(env_dir: PathLike) -> float:
+    """When an environment folder's results.csv was last written (seconds since the epoch)."""
+    return (Path(env_dir) / RESULTS_FILE).stat().st_mtime
+
+
+# ---------------------------------------------------------------- the summary's and compare's files
+
+SPREADSHEET_2019_PREFIX = "spreadsheet_2019_"
+COMPARE_PLOT = "compare.png"
+COMPARE_DIR_PREFIX = "compare-"
+
+
+def file_stem(name: str) -> str:
+    """`name` as the stem of a file name: each run of characters other than letters, digits and `_.-` becomes `_`."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "table"
+
+
+def spreadsheet_2019_path(output_dir: PathLike, environment: str) -> Path:
+    """One environment in the 2019 script's CSV layout: tables/spreadsheet_2019_<environment>.csv."""
+    return table_path(output_dir, f"{SPREADSHEET_2019_PREFIX}{file_stem(environment)}")
+
+
+def compare_dir(run_a: PathLike, run_b: PathLike) -> Path:
+    """Where `compare RUN_A RUN_B` writes its report by default: <RUN_B>/compare-<name of RUN_A>/."""
+    return Path(run_b) / f"{COMPARE_DIR_PREFIX}{Path(run_a).resolve().name}"

@@ -1,0 +1,262 @@
+"""results.csv: one row per cell, appended and flushed as soon as the cell is done; read back as a table,
+counted, or passed between machines as raw records (a cluster's rows)."""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import io
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from benchlib import status
+from benchlib.store.layout import CUTOFF_FILE, results_path
+
+COLUMNS: tuple[str, ...] = (
+    "environment", "framework", "mode", "device", "model", "model_scale",
+    "batch_size", "sequence_length", "status",
+    "mean_s", "median_s", "min_s", "std_s", "repeat", "number", "first_call_s", "samples_s",
+    "reason",
+    "iqr_s", "ci95_low_s", "ci95_high_s", "noisy", "stop_reason", "peak_memory_bytes",
+    "attempt", "interference", "disturbed", "probe_s", "warmup_calls", "prepare_s", "attn_implementation", "round",
+    "flops", "precision", "max_abs_diff", "options",
+)  # fmt: skip
+CELL_KEY: tuple[str, ...] = ("model", "batch_size", "sequence_length")
+# A cell measured in one round: rows of a file written before rounds existed are round 1.
+ROUND_KEY: tuple[str, ...] = (*CELL_KEY, "round")
+# Columns that every row has; a row without them was cut off and is not a finished cell.
+_REQUIRED: tuple[str, ...] = (*CELL_KEY, "status")
+
+
+def make_row(cell: dict[str, Any], state: str, measurement: Any = None, reason: str = "") -> dict[str, Any]:
+    """A results row for `cell` (environment fields, model, shape and any other column the sweep knows) ending with `state`;
+    a `measurement` (measure.timing.Measurement) fills the timing columns from its `row_fields()`."""
+    if state not in status.STATUSES:
+        raise ValueError(f"status must be one of {', '.join(status.STATUSES)}, not {state!r}")
+    row: dict[str, Any] = {column: "" for column in COLUMNS}
+    row.update({key: value for key, value in cell.items() if key in row})
+    row.update(status=state, reason=reason)
+    if measurement is not None:
+        row.update({key: value for key, value in measurement.row_fields().items() if key in row})
+    return row
+
+
+class ResultsWriter:
+    """Appends rows to `<output_dir>/results.csv`, each flushed to disk before the next cell."""
+
+    def __init__(self, output_dir: str | os.PathLike[str]) -> None:
+        self.path = results_path(output_dir)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        new = not self.path.exists() or self.path.stat().st_size == 0
+        if not new:
+            with open(self.path, newline="", encoding="utf-8") as existing:
+                header = next(csv.reader(existing), [])
+            if tuple(header) != COLUMNS:
+                raise ValueError(
+                    f"{self.path} has other columns than this version of benchlib writes; "
+                    "measure again into a new folder, or set it aside with --force"
+                )
+        self._file = open(self.path, "a", newline="", encoding="utf-8")
+        self._writer = csv.DictWriter(self._file, fieldnames=COLUMNS)
+        if new:
+            self._writer.writeheader()
+            self._flush()
+
+    def append(self, row: dict[str, Any]) -> None:
+        self._writer.writerow(row)
+        self._flush()
+
+    def _flush(self) -> None:
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> ResultsWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_results(path: str | os.PathLike[str], every_attempt: bool = False) -> pd.DataFrame:
+    """The rows of a results.csv (or of `<path>/results.csv`), `samples_s` parsed to lists.
+
+    A cell measured more than once (a disturbed cell measured again) has one row per attempt in
+    the file; by default only the kept one is returned (`kept_attempts`), with `attempts` added.
+    A file written before a column existed reads with that column empty.
+    """
+    frame = pd.read_csv(results_path(path), keep_default_na=False, na_values=[""], dtype={"reason": str})
+    extra = [column for column in frame.columns if column not in COLUMNS]
+    frame = frame.reindex(columns=[*COLUMNS, *extra])
+    frame["reason"] = frame["reason"].fillna("")
+    frame["precision"] = frame["precision"].astype(object).fillna("float32")  # files written before precisions existed
+    frame["round"] = pd.to_numeric(frame["round"], errors="coerce").fillna(1).astype(int)
+    frame["samples_s"] = [json.loads(s) if isinstance(s, str) and s else [] for s in frame["samples_s"]]
+    return frame if every_attempt else kept_attempts(frame)
+
+
+def kept_attempts(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per cell and round, in the order they were first measured, with `attempts` (rows of that cell and round).
+
+    The kept row is an `ok` one if any, the least disturbed of those (lowest `interference`),
+    the latest on a tie; rows cut off before their cell and status were written are left out.
+    """
+    rows = rows.dropna(subset=list(_REQUIRED))
+    if rows.empty:
+        return rows.assign(attempts=pd.Series(dtype=int)).reset_index(drop=True)
+    cells = rows.groupby(list(ROUND_KEY), sort=False)
+    ranked = rows.assign(
+        attempts=cells["status"].transform("size"),
+        _cell=cells.ngroup(),
+        _not_ok=rows["status"] != status.OK,
+        _interference=pd.to_numeric(rows["interference"], errors="coerce"),
+        _later=-np.arange(len(rows)),
+    ).sort_values(["_cell", "_not_ok", "_interference", "_later"], na_position="last", kind="stable")
+    kept = ranked.drop_duplicates(subset=list(ROUND_KEY), keep="first")
+    return kept.drop(columns=["_cell", "_not_ok", "_interference", "_later"]).reset_index(drop=True)
+
+
+def is_true(values: pd.Series) -> pd.Series:
+    """Whether each value of a True/False column is true: "True", True, or 1.0 where rows with blanks were concatenated."""
+    return values.map(lambda v: v.strip().lower() == "true" if isinstance(v, str) else bool(pd.notna(v) and v)).astype(bool)
+
+
+def finished_cells(rows: pd.DataFrame, round_number: int | None = None) -> set[tuple[str, int, int]]:
+    """(model, batch_size, sequence_length) of every row in `rows` (of round `round_number` only, when given)."""
+    if round_number is not None:
+        rows = rows[rows["round"] == round_number]
+    return set(zip(rows["model"], rows["batch_size"].astype(int), rows["sequence_length"].astype(int)))
+
+
+def results_table(rows: pd.DataFrame, value: str = "mean_s") -> pd.DataFrame:
+    """Model × (batch, sequence): the `value` of `ok` cells, the status of every other cell."""
+    cells = rows.assign(shape=[f"{b}x{s}" for b, s in zip(rows["batch_size"], rows["sequence_length"])])
+    cells["cell"] = [
+        f"{v:.4g}" if st == status.OK else st for v, st in zip(cells[value], cells["status"])
+    ]
+    order = sorted(set(zip(rows["batch_size"], rows["sequence_length"])))
+    table = cells.pivot_table(index="model", columns="shape", values="cell", aggfunc="last", sort=False)
+    return table.reindex(columns=[f"{b}x{s}" for b, s in order]).fillna("")
+
+
+ROW_KEY: tuple[str, ...] = ("model", "batch_size", "sequence_length", "round", "attempt")
+
+
+def split_records(text: str) -> tuple[list[str], str]:
+    """The complete CSV records at the start of `text`, each with its line ending, and the unfinished rest.
+
+    A record ends at a line break outside quotes (a quoted field may hold line breaks)."""
+    records, start, quotes = [], 0, 0
+    for index, char in enumerate(text):
+        if char == '"':
+            quotes += 1
+        elif char == "\n" and quotes % 2 == 0:
+            records.append(text[start : index + 1])
+            start, quotes = index + 1, 0
+    return records, text[start:]
+
+
+def read_exactly(path: Path) -> str:
+    """A results.csv's text with its line endings as written (csv ends records with CRLF)."""
+    with open(path, encoding="utf-8", newline="") as file:
+        return file.read()
+
+
+def records_after(path: Path, offset: int) -> tuple[list[str], int]:
+    """The complete records of a results.csv written after byte `offset`, and the offset after them
+    (a record still being written is left for the next call; none where the file cannot be read)."""
+    try:
+        with open(path, "rb") as file:
+            file.seek(offset)
+            data = file.read()
+    except OSError:
+        return [], offset
+    records, _ = split_records(data[: data.rfind(b"\n") + 1].decode("utf-8"))
+    return records, offset + len("".join(records).encode("utf-8"))
+
+
+def record_row(record: str) -> dict[str, str] | None:
+    """The row of one results.csv record, or None for the header and for a record without every column."""
+    fields = next(csv.reader(io.StringIO(record)), [])
+    if len(fields) != len(COLUMNS) or tuple(fields) == COLUMNS:
+        return None
+    return dict(zip(COLUMNS, fields))
+
+
+def row_key(row: dict[str, str]) -> tuple[str, ...]:
+    """What makes a row unique in a results.csv: its cell, round and attempt (blank ones are 1)."""
+    return tuple(row[column] or "1" if column in ("round", "attempt") else row[column] for column in ROW_KEY)
+
+
+class ReceivedRows:
+    """The client's `<env>/results.csv`, fed with the records workers send; each (cell, round, attempt) is appended once."""
+
+    def __init__(self, output_dir: Path) -> None:
+        self.path = results_path(output_dir)
+        repair_results(self.path)
+        ResultsWriter(output_dir).close()  # the header of a new file; refuses a file with other columns
+        records, _ = split_records(read_exactly(self.path))
+        self._keys = {row_key(row) for record in records if (row := record_row(record))}
+
+    def add(self, records: Sequence[str]) -> list[dict[str, str]]:
+        """Append the records whose row is not in the file yet, flushed to disk; returns their rows."""
+        added = []
+        with open(self.path, "a", encoding="utf-8", newline="") as file:
+            for record in records:
+                row = record_row(record)
+                if row is None or row_key(row) in self._keys:
+                    continue
+                file.write(record)
+                file.flush()
+                self._keys.add(row_key(row))
+                added.append(row)
+        return added
+
+    def text(self) -> str:
+        """The file as it is now."""
+        return read_exactly(self.path)
+
+    def cells(self, round_number: int) -> int:
+        """How many cells of round `round_number` have a row."""
+        return len({key[:3] for key in self._keys if key[3] == str(round_number)})
+
+
+def rows_written(output_dir: Path, round_number: int | None = None) -> int:
+    """Number of rows in `<output_dir>/results.csv` (of round `round_number` only, when given; 0 when there is none yet)."""
+    try:
+        records, _ = split_records(read_exactly(results_path(output_dir)))
+    except OSError:
+        return 0
+    rows = [row for record in records if (row := record_row(record))]
+    return len(rows) if round_number is None else sum(1 for row in rows if (row["round"] or "1") == str(round_number))
+
+
+def repair_results(path: Path) -> str | None:
+    """Cut a last row left unfinished by a killed process off `path`, keeping it in results.cutoff.txt.
+
+    Returns the fragment that was set aside, or None when the file was whole.
+    """
+    path = Path(path)
+    if not path.exists():
+        return None
+    data = path.read_bytes()
+    if not data or data.endswith(b"\n"):
+        return None
+    keep = data.rfind(b"\n") + 1
+    fragment = data[keep:].decode("utf-8", errors="replace")
+    with open(path.parent / CUTOFF_FILE, "a", encoding="utf-8") as file:
+        stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        file.write(f"# {stamp}: cut off the end of {path.name}\n{fragment}\n")
+    with open(path, "r+b") as file:
+        file.truncate(keep)
+        file.flush()
+        os.fsync(file.fileno())
+    return fragment

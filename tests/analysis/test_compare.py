@@ -1,0 +1,216 @@
+"""`benchlib compare RUN_A RUN_B`: cell and environment verdicts, what differs between runs, the report and the exit status."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import mannwhitneyu
+
+from benchlib import run_environment
+from benchlib.analysis import compare
+from benchlib.cli import main
+from benchlib.measure.timing import Measurement
+from benchlib.store.environment import write_json
+from benchlib.store.results import ResultsWriter, make_row
+
+CELLS = [("bert-base-cased", 1, 8), ("bert-base-cased", 1, 64), ("gpt2", 1, 8)]
+ENVIRONMENT = {"framework": "pytorch", "mode": "eager", "device": "cpu", "model_scale": "full"}
+
+
+def tight(median: float, n: int = 10, seed: int = 0) -> list[float]:
+    """`n` samples within ±0.5% of `median`."""
+    return list(median * (1 + np.random.default_rng(seed).uniform(-0.005, 0.005, n)))
+
+
+def info(environment: str, torch: str = "2.13.0", output_dir: str = "/a", hostname: str = "vm", date: str = "2026-01-01") -> dict:
+    """An environment.json of a CPU machine."""
+    return {
+        "parameters": {"environment": environment, "repeat": 10, "output_dir": output_dir, "current_round": 1},
+        "date": date,
+        "machine": {"hostname": hostname, "cpu": "AMD EPYC", "logical_cores": 2, "memory_bytes": 25 * 2**30, "gpus": []},
+        "software": {"python": "3.11.7", "torch": torch},
+        "threads": {"num_threads": 2},
+    }  # fmt: skip
+
+
+def write_run(run, cells, environment="cpu-pytorch", environment_json=None, rounds=1):
+    """A run folder `<run>/<environment>/` with results.csv (`cells`: cell → samples, or a status) and environment.json."""
+    folder = run / environment
+    with ResultsWriter(folder) as writer:
+        for round_number in range(1, rounds + 1):
+            for (model, batch_size, sequence_length), samples in cells.items():
+                cell = {**ENVIRONMENT, "environment": environment, "model": model, "batch_size": batch_size, "sequence_length": sequence_length, "round": round_number}
+                if isinstance(samples, str):
+                    writer.append(make_row(cell, samples, reason="out of memory" if samples == "oom" else ""))
+                else:
+                    writer.append(make_row(cell, "ok", Measurement(tuple(samples[round_number - 1] if rounds > 1 else samples), number=1)))
+    write_json(folder / "environment.json", environment_json or info(environment, output_dir=str(folder)))
+    return run
+
+
+def runs(tmp_path, factor, **b_json):
+    """Runs A and B of the same cells, B's samples `factor` times A's (other seeds)."""
+    a = write_run(tmp_path / "a", {cell: tight(0.1 * (i + 1), seed=i) for i, cell in enumerate(CELLS)})
+    b_cells = {cell: tight(0.1 * (i + 1) * factor, seed=10 + i) for i, cell in enumerate(CELLS)}
+    b = write_run(tmp_path / "b", b_cells, environment_json=info("cpu-pytorch", output_dir=str(tmp_path / "b"), **b_json))
+    return a, b
+
+
+def test_clear_slowdown_is_slower_and_exits_1(tmp_path, capsys):
+    a, b = runs(tmp_path, 1.3)
+    assert main(["compare", str(a), str(b)]) == 1
+    out = tmp_path / "b" / "compare-a"
+    cells = pd.read_csv(out / "cells.csv")
+    assert cells.verdict.tolist() == ["slower"] * 3 and (cells.p_value < 0.001).all()
+    assert cells.change.tolist() == pytest.approx([0.3] * 3, abs=0.01) and cells.n_samples_a.tolist() == [10] * 3
+    environments = pd.read_csv(out / "environments.csv")
+    env = environments.iloc[0]
+    assert (env.environment, env.verdict, env.cells_compared, env.slower_cells) == ("cpu-pytorch", "slower", 3, 3)
+    assert env.ci95_low < env.geomean_change == pytest.approx(0.3, abs=0.01) and env.ci95_high > env.geomean_change
+    html = (out / "compare.html").read_text()
+    assert "<th>geomean_change</th>" in html and re.search(r"<td>\+(29|30)\.\d%</td>", html) and 'src="compare.png"' in html and (out / "compare.png").stat().st_size > 0
+    assert "<th></th>" not in html  # no pandas index
+    printed = capsys.readouterr().out
+    assert re.search(r"^slower: cpu-pytorch \+(29|30)\.\d% \(95% interval", printed, re.M) and f"report: {out / 'compare.html'}" in printed
+
+
+def test_clear_speedup_is_faster_and_exits_0(tmp_path, capsys):
+    a, b = runs(tmp_path, 0.7)
+    report = tmp_path / "report"
+    assert main(["compare", str(a), str(b), "--out", str(report)]) == 0
+    assert pd.read_csv(report / "cells.csv").verdict.tolist() == ["faster"] * 3
+    assert pd.read_csv(report / "environments.csv").verdict.tolist() == ["faster"]
+    assert re.search(r"^faster: cpu-pytorch -(29|30)\.\d%", capsys.readouterr().out, re.M)
+
+
+def test_the_report_names_runs_without_a_path_of_this_machine(tmp_path):
+    a, b = runs(tmp_path, 1.0)
+    html = compare.write_report(compare.compare_runs(a, b), tmp_path / "report").read_text()
+    assert "<p>A: a<br>B: b</p>" in html and str(tmp_path) not in html  # outside the kit: each run by its name
+
+
+def test_noise_only_is_no_change(tmp_path):
+    rng = np.random.default_rng(1)
+    noisy = {cell: list(rng.normal(0.1, 0.01, 15)) for cell in CELLS}
+    a = write_run(tmp_path / "a", noisy)
+    b = write_run(tmp_path / "b", {cell: list(rng.normal(0.1, 0.01, 15)) for cell in CELLS})
+    comparison = compare.compare_runs(a, b)
+    assert comparison.cells.verdict.tolist() == ["no change"] * 3 and (comparison.cells.p_value > 0.05).all()
+    assert comparison.environments.verdict.tolist() == ["no clear difference"]
+
+
+def test_significant_change_below_the_threshold_is_no_change(tmp_path):
+    a, b = runs(tmp_path, 1.03)
+    comparison = compare.compare_runs(a, b, threshold=0.05)
+    assert (comparison.cells.p_value < 0.001).all() and comparison.cells.change.tolist() == pytest.approx([0.03] * 3, abs=0.005)
+    assert comparison.cells.verdict.tolist() == ["no change"] * 3
+    environment = comparison.environments.iloc[0]
+    assert environment.ci95_low > 0 and environment.verdict == "no clear difference"
+    assert compare.compare_runs(a, b, threshold=0.02).environments.verdict.tolist() == ["slower"]
+
+
+def test_cell_verdict_needs_significance_and_size():
+    assert compare.cell_verdict(0.3, 0.01) == "slower" and compare.cell_verdict(-0.3, 0.01) == "faster"
+    assert compare.cell_verdict(0.3, 0.2) == "no change" and compare.cell_verdict(0.01, 0.001) == "no change"
+    assert compare.cell_verdict(0.3, float("nan")) == "no change" and compare.cell_verdict(0.3, 0.01, alpha=0.005) == "no change"
+
+
+def test_environment_differences_are_reported_and_run_specific_values_ignored(tmp_path, capsys):
+    a, b = runs(tmp_path, 1.0, torch="2.12.0", hostname="other", date="2026-02-02")
+    differences = compare.compare_runs(a, b).differences
+    assert differences[["environment", "section", "key", "a", "b"]].values.tolist() == [["cpu-pytorch", "software", "torch", "2.13.0", "2.12.0"]]
+    assert main(["compare", str(a), str(b)]) == 0
+    assert "differs: software.torch: 2.13.0 -> 2.12.0 (cpu-pytorch)" in capsys.readouterr().out
+    assert "<td>2.12.0</td>" in (b / "compare-a" / "compare.html").read_text()
+
+
+def test_cells_and_environments_not_in_both_runs_are_listed_with_why(tmp_path, capsys):
+    a = write_run(tmp_path / "a", {CELLS[0]: tight(0.1), CELLS[1]: tight(0.2), CELLS[2]: tight(0.3)})
+    write_run(a, {CELLS[0]: tight(0.1)}, environment="cpu-torchscript")
+    b = write_run(tmp_path / "b", {CELLS[0]: tight(0.1, seed=1), CELLS[1]: "oom"})
+    write_run(b, {CELLS[0]: tight(0.1)}, environment="cpu-tensorflow")
+    comparison = compare.compare_runs(a, b)
+    cells = comparison.cells.set_index(["model", "sequence_length"])
+    assert cells.verdict.tolist() == ["no change", "not compared", "not compared"]
+    assert cells.loc[("bert-base-cased", 64), "why"] == "B: oom (out of memory)"
+    assert cells.loc[("gpt2", 8), "why"] == "B: not measured" and pd.isna(cells.loc[("gpt2", 8), "change"])
+    environments = comparison.environments.set_index("environment")
+    assert environments.verdict.to_dict() == {"cpu-pytorch": "no clear difference", "cpu-torchscript": "not compared", "cpu-tensorflow": "not compared"}
+    assert environments.why.to_dict() == {"cpu-pytorch": "", "cpu-torchscript": "only in run A", "cpu-tensorflow": "only in run B"}
+    assert environments.loc["cpu-pytorch", "cells_compared"] == 1 and environments.loc["cpu-pytorch", "cells_not_compared"] == 2
+    assert main(["compare", str(a), str(b)]) == 0
+    printed = capsys.readouterr().out
+    assert "not compared: cpu-torchscript (only in run A), cpu-tensorflow (only in run B)" in printed
+    assert "2 cells not compared" in printed
+
+
+def test_rounds_pool_samples_and_the_interval_spans_rounds(tmp_path):
+    a = write_run(tmp_path / "a", {CELLS[0]: [tight(0.10, 5, seed) for seed in range(3)]}, rounds=3)
+    b = write_run(tmp_path / "b", {CELLS[0]: [tight(0.13, 5, seed) for seed in range(3, 6)]}, rounds=3)
+    comparison = compare.compare_runs(a, b)
+    cell = comparison.cells.iloc[0]
+    pooled_a = sum((tight(0.10, 5, seed) for seed in range(3)), [])
+    pooled_b = sum((tight(0.13, 5, seed) for seed in range(3, 6)), [])
+    assert (cell.n_samples_a, cell.n_samples_b) == (15, 15)
+    assert cell.p_value == pytest.approx(mannwhitneyu(pooled_a, pooled_b, alternative="two-sided").pvalue)
+    assert cell.verdict == "slower" and comparison.environments.interval_over.tolist() == ["rounds"]
+
+
+def test_disturbed_cells_make_the_environment_inconclusive(tmp_path):
+    a, b = runs(tmp_path, 1.3)
+    results = b / "cpu-pytorch" / "results.csv"
+    frame = pd.read_csv(results, keep_default_na=False, dtype=str)
+    frame.loc[0, "disturbed"] = "True"
+    frame.to_csv(results, index=False)
+    comparison = compare.compare_runs(a, b)
+    assert comparison.cells.disturbed.tolist() == ["B", "", ""]
+    environment = comparison.environments.iloc[0]
+    assert environment.verdict == "inconclusive" and environment.disturbed_cells == "bert-base-cased 1x8 (B)"
+    assert main(["compare", str(a), str(b)]) == 0
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("not a run", "is not a run"),
+        ("no environment in common", "no environment in common"),
+        ("threshold 0", "--threshold must be between 0 and 1"),
+        ("threshold 1.5", "--threshold must be between 0 and 1"),
+    ],
+)  # fmt: skip
+def test_bad_input_exits_2_with_one_line(tmp_path, capsys, case, message):
+    a, b = runs(tmp_path, 1.0)
+    (tmp_path / "empty").mkdir()
+    write_run(tmp_path / "other", {CELLS[0]: tight(0.1)}, environment="cpu-tensorflow")
+    args = {
+        "not a run": [str(tmp_path / "empty"), str(b)],
+        "no environment in common": [str(a), str(tmp_path / "other")],
+        "threshold 0": [str(a), str(b), "--threshold", "0"],
+        "threshold 1.5": [str(a), str(b), "--threshold", "1.5"],
+    }[case]  # fmt: skip
+    assert main(["compare", *args]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and len(captured.err.strip().splitlines()) == 1 and captured.out == ""
+    assert not (b / "compare-a").exists()
+
+
+def test_two_real_smoke_runs(tmp_path, capsys):
+    for run in ("first", "second"):
+        run_environment(
+            {
+                "environment": "cpu-pytorch", "framework": "pytorch", "mode": "eager", "models": ["bert-base-cased"],
+                "model_scale": "tiny", "batch_sizes": [1], "sequence_lengths": [8], "repeat": 5, "number": 1,
+                "output_dir": str(tmp_path / run / "cpu-pytorch"),
+            },
+            progress=False,
+        )  # fmt: skip
+    assert main(["compare", str(tmp_path / "first"), str(tmp_path / "second")]) in (0, 1)
+    out = tmp_path / "second" / "compare-first"
+    cells = pd.read_csv(out / "cells.csv")
+    assert cells[["environment", "model", "batch_size", "sequence_length"]].values.tolist() == [["cpu-pytorch", "bert-base-cased", 1, 8]]
+    assert set(cells.verdict) <= {"faster", "slower", "no change"} and cells.n_samples_a.tolist() == [5] and 0 < cells.p_value[0] <= 1
+    assert pd.read_csv(out / "environments.csv").verdict.isin(["faster", "slower", "no clear difference", "inconclusive"]).all()
+    assert (out / "compare.html").is_file() and "report:" in capsys.readouterr().out

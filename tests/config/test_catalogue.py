@@ -1,0 +1,165 @@
+"""The model catalogue: the study's ten checkpoints, their sizes and limits, built in every framework."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from benchlib.backends import load_backend, model_class, unsupported_reason
+from benchlib.config.catalogue import get_model, load_catalogue
+from tests.frameworks import run_python
+
+STUDY_MODELS = [
+    "gpt2", "bert-base-cased", "xlnet-base-cased", "xlm-mlm-en-2048", "transfo-xl-wt103",
+    "openai-gpt", "distilbert-base-uncased", "distilgpt2", "roberta-base", "ctrl",
+]  # fmt: skip
+STUDY_MAX_LENGTH = {
+    "bert-base-cased": 512, "openai-gpt": 512, "distilbert-base-uncased": 512, "roberta-base": 512,
+    "xlm-mlm-en-2048": 512, "gpt2": 1024, "distilgpt2": 1024, "ctrl": 256,
+    "xlnet-base-cased": None, "transfo-xl-wt103": None,
+}  # fmt: skip
+PUBLISHED_MILLIONS = {"bert-base-cased": 108, "gpt2": 124, "distilbert-base-uncased": 66, "roberta-base": 125, "ctrl": 1630}
+
+
+def full_size_parameters(name: str) -> int:
+    """Parameters of the full-size PyTorch base model, built on the meta device (no memory)."""
+    spec = get_model(name)
+    with torch.device("meta"):
+        model = model_class(spec, "pytorch")(spec.build_config("full"))
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_catalogue_holds_the_study_models_with_their_limits():
+    catalogue = load_catalogue()
+    assert list(catalogue) == STUDY_MODELS
+    assert {name: spec.max_sequence_length for name, spec in catalogue.items()} == STUDY_MAX_LENGTH
+    assert catalogue["bert-base-cased"].fits(512) and not catalogue["bert-base-cased"].fits(513)
+    assert catalogue["xlnet-base-cased"].fits(100_000)
+
+
+def test_published_configuration_values():
+    bert = get_model("bert-base-cased").build_config("full")
+    assert (bert.num_hidden_layers, bert.hidden_size, bert.num_attention_heads) == (12, 768, 12)
+    assert (bert.intermediate_size, bert.vocab_size, bert.max_position_embeddings) == (3072, 28996, 512)
+    ctrl = get_model("ctrl").build_config("full")
+    assert (ctrl.n_layer, ctrl.n_embd, ctrl.n_head, ctrl.dff, ctrl.vocab_size) == (48, 1280, 16, 8192, 246534)
+
+
+@pytest.mark.parametrize("name", list(PUBLISHED_MILLIONS))
+def test_full_size_matches_published_size(name):
+    assert full_size_parameters(name) == pytest.approx(PUBLISHED_MILLIONS[name] * 1e6, rel=0.02)
+
+
+@pytest.mark.parametrize("name", [n for n in STUDY_MODELS if get_model(n).published_parameters])
+def test_catalogue_published_sizes_hold(name):
+    assert full_size_parameters(name) == pytest.approx(get_model(name).published_parameters, rel=0.02)
+
+
+def test_tiny_scale_keeps_the_architecture_and_is_small():
+    for name in STUDY_MODELS:
+        spec = get_model(name)
+        tiny, full = spec.build_config("tiny"), spec.build_config("full")
+        assert type(tiny) is type(full)
+        assert spec.vocab_size("tiny") <= 1000 < spec.vocab_size("full")
+
+
+def test_unknown_model_lists_the_catalogue():
+    with pytest.raises(KeyError, match="the catalogue has: gpt2, bert-base-cased"):
+        get_model("bert-large")
+    with pytest.raises(ValueError, match="model_scale must be one of full, tiny"):
+        get_model("gpt2").config_values("huge")
+
+
+@pytest.mark.parametrize("name", [n for n in STUDY_MODELS if n != "transfo-xl-wt103"])
+def test_tiny_models_run_in_pytorch_eager_and_torchscript(name):
+    spec = get_model(name)
+    eager, script = load_backend("pytorch", "eager"), load_backend("pytorch", "torchscript")
+    model = eager.build(spec, "tiny")
+    traced_model = script.build(spec, "tiny")
+    # Both draw their random weights from the same seed.
+    torch.testing.assert_close(traced_model.model.state_dict(), model.model.state_dict())
+    inputs = script.make_inputs(spec.vocab_size("tiny"), 2, 8, seed=0)
+    call = script.prepare(traced_model, inputs)
+    # The trace is reused for every call of this shape: it must not have frozen the traced values.
+    inputs.copy_(script.make_inputs(spec.vocab_size("tiny"), 2, 8, seed=1))
+    with torch.inference_mode():
+        expected = model.model(inputs)[0]
+    with script.inference_context():  # where the sweep makes every call
+        torch.testing.assert_close(call()[0], expected, atol=1e-4, rtol=1e-4)
+    with eager.inference_context():
+        assert eager.prepare(model, inputs)()[0].shape[:2] == (2, 8)
+
+
+def test_transformer_xl_pytorch_is_unsupported_because_upstream_fails():
+    spec = get_model("transfo-xl-wt103")
+    assert "type_as" in unsupported_reason(spec, "pytorch", "eager")
+    assert unsupported_reason(spec, "pytorch", "torchscript") == unsupported_reason(spec, "pytorch", "eager")
+    assert unsupported_reason(spec, "tensorflow", "xla") is None
+    backend = load_backend("pytorch", "eager")
+    model = backend.build(spec, "tiny")
+    # If this stops failing, transformers fixed it: drop the `unsupported` entry.
+    with pytest.raises(TypeError, match="type_as"), backend.inference_context():
+        backend.prepare(model, backend.make_inputs(spec.vocab_size("tiny"), 1, 8, seed=0))()
+
+
+@pytest.mark.e2e
+def test_tiny_models_run_in_tensorflow_function_and_xla():
+    results = run_python(
+        """
+        import json
+        from benchlib.backends import load_backend
+        from benchlib.config.catalogue import load_catalogue
+        out = {}
+        for mode in ("function", "xla"):
+            backend = load_backend("tensorflow", mode)
+            for name, spec in load_catalogue().items():
+                model = backend.build(spec, "tiny")
+                ids = backend.make_inputs(spec.vocab_size("tiny"), 2, 8, seed=0)
+                with backend.inference_context():
+                    output = backend.prepare(model, ids)()
+                out[f"{mode}/{name}"] = list(output[0].shape)
+        print(json.dumps(out))
+        """
+    )
+    assert len(results) == 2 * len(STUDY_MODELS)
+    assert all(shape[:2] == [2, 8] for shape in results.values()), results
+
+
+OUTPUT_FIELDS = ("use_cache", "output_attentions", "output_hidden_states", "use_mems_eval")
+
+
+@pytest.mark.e2e
+def test_every_mode_computes_the_same_thing():
+    """The same configuration overrides in eager, TorchScript, tf.function and XLA (e.g. no key/value cache)."""
+    fields = f"{OUTPUT_FIELDS!r}"
+    tensorflow = run_python(f"""
+        import json
+        from benchlib.backends import load_backend
+        from benchlib.config.catalogue import load_catalogue
+        out = {{}}
+        for mode in ("function", "xla"):
+            backend = load_backend("tensorflow", mode)
+            for name, spec in load_catalogue().items():
+                config = backend.build(spec, "tiny").config
+                out[f"{{mode}}/{{name}}"] = {{key: getattr(config, key, None) for key in {fields}}}
+        print(json.dumps(out))
+    """)
+    for name, spec in load_catalogue().items():
+        seen = {}
+        for mode in ("eager", "torchscript"):
+            config = load_backend("pytorch", mode).build(spec, "tiny").config
+            seen[mode] = {key: getattr(config, key, None) for key in OUTPUT_FIELDS}
+        seen.update({mode: tensorflow[f"{mode}/{name}"] for mode in ("function", "xla")})
+        assert all(values == seen["eager"] for values in seen.values()), (name, seen)
+        assert all(seen["eager"][key] == value for key, value in spec.inference_config.items())
+        assert not seen["eager"]["output_attentions"] and not seen["eager"]["output_hidden_states"]
+    assert {name for name, spec in load_catalogue().items() if spec.inference_config.get("use_cache") is False} == {"gpt2", "distilgpt2", "ctrl"}
+
+
+def test_eager_gpt2_returns_no_key_value_cache_and_records_its_attention():
+    backend = load_backend("pytorch", "eager")
+    model = backend.build(get_model("gpt2"), "tiny")
+    with backend.inference_context():
+        output = backend.prepare(model, backend.make_inputs(1000, 1, 8, seed=0))()
+    assert output.past_key_values is None
+    assert backend.attn_implementation(model) in ("eager", "sdpa")

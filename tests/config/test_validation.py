@@ -1,0 +1,75 @@
+"""Every bad parameter is refused before anything starts: one line naming the file and field, exit status 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchlib.cli import main
+from benchlib.paths import PROJECT_ROOT
+
+CASES = {
+    "unknown model": ({"models": ["bert-large"]}, "models: unknown model bert-large; the catalogue has: gpt2, bert-base-cased"),
+    "unknown framework": ({"framework": "jax"}, "framework: must be one of onnxruntime, openvino, pytorch, tensorflow, not 'jax'"),
+    "unknown mode": ({"mode": "jit"}, "mode: mode for pytorch must be one of eager, torchscript, compile, not 'jit'"),
+    "mode the framework lacks": ({"mode": "xla"}, "mode: mode for pytorch must be one of eager, torchscript, compile, not 'xla'"),
+    "unknown device": ({"device": "tpu"}, "device: must be cpu, cuda or cuda:N, not 'tpu'"),
+    "empty sizes": ({"batch_sizes": []}, "batch_sizes: List should have at least 1 item"),
+    "negative size": ({"sequence_lengths": [8, -64]}, "sequence_lengths: sizes must be positive integers"),
+    "non-integer size": ({"batch_sizes": [1.5]}, "batch_sizes.0: Input should be a valid integer"),
+    "boolean size": ({"batch_sizes": [True]}, "batch_sizes.0: Input should be a valid integer"),
+    "repeat below 1": ({"repeat": 0}, "repeat: must be a positive integer or 'auto', not 0"),
+    "number below 1": ({"number": 0}, "number: Input should be greater than or equal to 1"),
+    "threads neither a count nor cores": ({"num_threads": "many"}, "num_threads: must be a positive integer, 'cores' (every CPU this process may use) or null"),
+    "no threads": ({"num_threads": 0}, "num_threads: must be a positive integer, 'cores'"),
+    "no inter-op threads": ({"num_interop_threads": 0}, "num_interop_threads: Input should be greater than or equal to 1"),
+    "interference above 1": ({"max_interference": 1.5}, "max_interference: Input should be less than or equal to 1"),
+    "negative remeasure": ({"remeasure": -1}, "remeasure: Input should be greater than or equal to 0"),
+    "negative warm-up time": ({"warmup_max_seconds": -1}, "warmup_max_seconds: Input should be greater than or equal to 0"),
+    "unknown key": ({"batch_size": [1]}, "batch_size: unknown parameter; allowed: environment, framework, mode"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_value_in_a_params_file(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    values, message = CASES[case]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(values))
+    out = tmp_path / "run"
+    assert main(["run", "--grid", "smoke", "--environments", "cpu-pytorch", "--params", str(bad), "--out", str(out)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and lines[0].startswith("cpu-pytorch: ") and str(bad) in lines[0]
+    assert not out.exists()  # nothing started
+
+
+def test_unreadable_yaml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("models: [gpt2\nrepeat: 3\n")
+    assert main(["run", "--params", str(bad), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"{bad}: unreadable YAML: line 2, column 7: expected ',' or ']', but got ':'"
+
+
+def test_output_folder_that_cannot_be_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    assert main(["run", "--grid", "smoke", "--out", str(blocker / "run")]) == 2
+    assert capsys.readouterr().err.strip() == f"--out: {blocker / 'run'}: cannot be created, {blocker} is not a folder"
+
+
+@pytest.mark.parametrize("missing", ["dask", "distributed"])
+def test_cluster_without_its_extra_says_which_pip_line_is_missing(missing: str, tmp_path: Path) -> None:
+    """In a Python where `missing` cannot be imported (as when the cluster extra is not installed): one line, exit status 2."""
+    out = tmp_path / "run"
+    code = (
+        f"import sys; sys.modules[{missing!r}] = None\n"  # importing it now fails as it does when it is not installed
+        "from benchlib.cli import main\n"
+        f"sys.exit(main(['run', '--cluster', 'tcp://127.0.0.1:8786', '--grid', 'smoke', '--out', {str(out)!r}]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
+    assert (done.returncode, done.stderr.strip().splitlines()) == (2, [f"--cluster: {missing} is not installed: pip install 'benchlib[cluster]'"])
+    assert not out.exists()  # nothing started

@@ -1,0 +1,148 @@
+"""Nothing lost, for real: a kernel killed mid-cell, a second writer, a run with the network blocked."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchlib import read_results
+from benchlib.paths import PARAMETERS_DIR, PROJECT_ROOT
+from benchlib.store.recovery import read_in_flight
+from tests.kernels import kill_mid_cell
+
+SMOKE = yaml.safe_load((PARAMETERS_DIR / "grids" / "smoke.yaml").read_text())
+SMOKE_CELLS = len(SMOKE["models"]) * len(SMOKE["batch_sizes"]) * len(SMOKE["sequence_lengths"])
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "benchlib", *args]
+
+
+def smoke(run_dir: Path, environments: str = "cpu-pytorch", limits: bool = False) -> list[str]:
+    """`benchlib run` of the smoke grid; the machine's limits are measured only when `limits` (they cost a kernel)."""
+    return cli("run", "--grid", "smoke", "--environments", environments, "--out", str(run_dir), "--no-summary", "--quiet", *([] if limits else ["--no-limits"]))
+
+
+def complete_lines(data: bytes) -> bytes:
+    return data[: data.rfind(b"\n") + 1]
+
+
+@pytest.mark.e2e
+def test_killed_kernel_costs_only_the_cell_in_flight(tmp_path):
+    env_dir = tmp_path / "run" / "cpu-pytorch"
+    runner = subprocess.Popen(smoke(tmp_path / "run"), cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        killed = kill_mid_cell(env_dir, runner, min_rows=5)  # the kernel, with a cell in flight that has no row
+        finished_before = complete_lines((env_dir / "results.csv").read_bytes())
+        output, _ = runner.communicate(timeout=600)
+    finally:
+        runner.kill()
+    assert runner.returncode == 0, output
+    assert "restarting" in output
+    after = (env_dir / "results.csv").read_bytes()
+    assert after.startswith(finished_before)  # finished rows kept as they were
+    rows = read_results(env_dir)
+    cells = list(zip(rows.model, rows.batch_size, rows.sequence_length))
+    assert len(cells) == len(set(cells)) == SMOKE_CELLS  # the grid completes, every cell once
+    crashed = rows[rows.status == "crashed"]
+    assert len(crashed) == 1 and "Kernel died" in crashed.reason.iloc[0], rows.reason.tolist()
+    assert (crashed.model.iloc[0], crashed.batch_size.iloc[0], crashed.sequence_length.iloc[0]) == (killed["model"], killed["batch_size"], killed["sequence_length"])
+
+    again = subprocess.run(smoke(tmp_path / "run"), cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert (env_dir / "results.csv").read_bytes() == after  # nothing measured twice
+
+
+@pytest.mark.e2e
+def test_a_second_run_on_a_folder_in_use_is_refused(tmp_path):
+    env_dir = tmp_path / "run" / "cpu-pytorch"
+    first = subprocess.Popen(smoke(tmp_path / "run"), cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while read_in_flight(env_dir) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        second = subprocess.run(smoke(tmp_path / "run"), cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
+        assert first.poll() is None, "the first run ended before the second started"
+    finally:
+        first.wait(timeout=600)
+    assert second.returncode != 0
+    assert f"{env_dir} is in use by pid" in second.stdout + second.stderr
+    rows = read_results(env_dir)
+    assert len(rows) == SMOKE_CELLS and not rows.duplicated(["model", "batch_size", "sequence_length"]).any()
+
+
+BLOCK_NETWORK = """
+import os, socket, sys
+
+_LOG = os.environ["NETWORK_ATTEMPTS_LOG"]
+_LOCAL = ("127.", "::1", "localhost", "0.0.0.0", "::")
+
+
+def _blocked(where):
+    with open(_LOG, "a") as log:
+        log.write(f"{os.getpid()} {where}\\n")
+    raise OSError(f"network blocked: {where}")
+
+
+def _hook(event, args):
+    if event == "socket.connect" and args[0].family in (socket.AF_INET, socket.AF_INET6):
+        if not str(args[1][0]).startswith(_LOCAL):
+            _blocked(args[1])
+    elif event == "socket.getaddrinfo" and args[0] is not None and not str(args[0]).startswith(_LOCAL):
+        _blocked(args[0])
+
+
+sys.addaudithook(_hook)
+"""
+
+
+@pytest.mark.e2e
+def test_run_completes_with_the_network_blocked(tmp_path):
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(textwrap.dedent(BLOCK_NETWORK))
+    log = tmp_path / "attempts.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
+    env.update(PYTHONPATH=str(blocker), NETWORK_ATTEMPTS_LOG=str(log))
+    # The block works: a plain download attempt is stopped and logged.
+    probe = subprocess.run([sys.executable, "-c", "import urllib.request; urllib.request.urlopen('https://huggingface.co')"], env=env, capture_output=True, text=True)
+    assert probe.returncode != 0 and "network blocked" in probe.stderr and log.read_text()
+    log.unlink()
+
+    run = subprocess.run(smoke(tmp_path / "run", "cpu-pytorch,cpu-tensorflow", limits=True), cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout + run.stderr
+    for environment in ("cpu-pytorch", "cpu-tensorflow"):
+        rows = read_results(tmp_path / "run" / environment)
+        assert len(rows) == SMOKE_CELLS and (rows.status != "error").all(), rows.reason.tolist()
+    assert not log.exists(), log.read_text()  # the kit tried no connection at all
+
+
+@pytest.mark.e2e
+def test_force_measures_again_and_keeps_the_earlier_results(tmp_path):
+    models = tmp_path / "models.yaml"
+    models.write_text("models: [gpt2]\n")
+    command = smoke(tmp_path / "run") + ["--params", str(models)]
+    env_dir = tmp_path / "run" / "cpu-pytorch"
+    assert subprocess.run(command, cwd=PROJECT_ROOT, capture_output=True, timeout=600).returncode == 0
+    first = (env_dir / "results.csv").read_bytes()
+    forced = subprocess.run(command + ["--force"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)
+    assert forced.returncode == 0, forced.stderr
+    [aside] = env_dir.glob("results.2*.csv")
+    assert aside.read_bytes() == first and "earlier results set aside" in forced.stdout
+    again = read_results(env_dir)
+    assert len(again) == len(read_results(aside)) == len(SMOKE["sequence_lengths"])
+    assert again.samples_s.tolist() != read_results(aside).samples_s.tolist()  # measured anew
+
+
+def test_max_restarts_must_not_be_negative(capsys):
+    from benchlib.cli import main
+
+    assert main(["run", "--max-restarts", "-1"]) == 2
+    assert "--max-restarts: must be 0 or more, not -1" in capsys.readouterr().err

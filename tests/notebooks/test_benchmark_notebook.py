@@ -1,0 +1,105 @@
+"""notebooks/benchmark.ipynb executed by papermill: with smoke.yaml and each CPU environment file, and with its own defaults."""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+from pathlib import Path
+
+import nbformat
+import papermill
+import pytest
+import yaml
+
+from benchlib import read_results
+from benchlib.backends import TOLERANCE
+from benchlib.backends.pytorch import bfloat16_unsupported
+from benchlib.config.catalogue import load_catalogue
+from benchlib.config.params import BenchmarkParams
+from benchlib.paths import BENCHMARK_NOTEBOOK, PARAMETERS_DIR
+from benchlib.status import OK, STATUSES, TOO_LONG, UNSUPPORTED
+from tests.conftest import CPU_ENVIRONMENTS
+
+SMOKE = yaml.safe_load((PARAMETERS_DIR / "grids" / "smoke.yaml").read_text())
+
+
+def check_rows(output_dir: Path, grid: dict, environment: dict) -> None:
+    """One row per cell of `grid`, each with a valid status; ok cells with positive times, others with a reason."""
+    rows = read_results(output_dir)
+    cells = {(m, b, s) for m in grid["models"] for b in grid["batch_sizes"] for s in grid["sequence_lengths"]}
+    found = list(zip(rows["model"], rows["batch_size"], rows["sequence_length"]))
+    assert len(found) == len(set(found)) == len(cells) and set(found) == cells
+    assert set(rows["status"]) <= set(STATUSES)
+    for key in ("environment", "framework", "mode", "device"):
+        assert set(rows[key]) == {environment[key]}
+    precision = environment.get("precision", "float32")
+    assert set(rows["precision"]) == {precision}
+    ok = rows[rows["status"] == OK]
+    assert len(ok) > 0
+    for _, row in ok.iterrows():
+        assert row["mean_s"] > 0 and row["min_s"] > 0 and row["median_s"] > 0
+        assert len(row["samples_s"]) == row["repeat"] and all(sample > 0 for sample in row["samples_s"])
+    # Every backend but eager PyTorch float32 (the reference) and TensorFlow (other weights) agrees with eager PyTorch.
+    compared = environment["framework"] != "tensorflow" and (environment["mode"] != "eager" or precision != "float32")
+    assert ok["max_abs_diff"].between(0, TOLERANCE[precision]).all() if compared else ok["max_abs_diff"].isna().all()
+    others = rows[rows["status"] != OK]
+    assert all(reason.strip() for reason in others["reason"])
+    assert all(math.isnan(value) for value in others["mean_s"])
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("environment", CPU_ENVIRONMENTS)
+def test_smoke_grid_in_each_cpu_environment(smoke_run: Path, environment: str) -> None:
+    env = yaml.safe_load((PARAMETERS_DIR / "environments" / f"{environment}.yaml").read_text())
+    output_dir = smoke_run / environment
+    if env.get("precision") == "bfloat16" and (why := bfloat16_unsupported()):  # a CPU without bfloat16 instructions
+        assert set(read_results(output_dir)["status"]) <= {UNSUPPORTED, TOO_LONG} and why in set(read_results(output_dir)["reason"])
+        return
+    check_rows(output_dir, SMOKE, env)
+
+    rows = read_results(output_dir)
+    assert set(rows["model"]) == set(load_catalogue())  # all ten models
+    assert set(rows["model_scale"]) == {"tiny"}
+    # The smoke grid runs everything it can: only the catalogue's known limits are not ok.
+    assert set(rows["status"]) <= {OK, TOO_LONG, "unsupported"}
+    ctrl = rows[(rows["model"] == "ctrl") & (rows["sequence_length"] == 300)]
+    assert list(ctrl["status"]) == [TOO_LONG]
+
+    recorded = json.loads((output_dir / "environment.json").read_text())["parameters"]
+    assert {key: recorded[key] for key in env if key != "options"} == {key: value for key, value in env.items() if key != "options"}
+    assert env.get("options", {}).items() <= recorded["options"].items()  # with the backend's defaults filled in
+    assert recorded["output_dir"] == str(output_dir)
+
+    executed = nbformat.read(output_dir / "benchmark.ipynb", as_version=4)
+    injected = [cell for cell in executed.cells if "injected-parameters" in cell.metadata.get("tags", [])]
+    assert len(injected) == 1 and f"environment = {environment!r}" in injected[0].source.replace('"', "'")
+    assert executed.metadata["papermill"]["exception"] is None
+    table = [output for cell in executed.cells for output in cell.get("outputs", []) if output.get("output_type") == "execute_result"]
+    assert table and "gpt2" in table[0]["data"]["text/html"]
+
+
+def test_parameters_cell_declares_the_parameters() -> None:
+    """Every parameter of BenchmarkParams, in its order (tests/config/test_defaults.py checks the values)."""
+    notebook = nbformat.read(BENCHMARK_NOTEBOOK, as_version=4)
+    first_code = next(cell for cell in notebook.cells if cell.cell_type == "code")
+    assert "parameters" in first_code.metadata.get("tags", [])
+    assert list(papermill.inspect_notebook(str(BENCHMARK_NOTEBOOK))) == list(BenchmarkParams.model_fields)
+
+
+@pytest.mark.e2e
+def test_notebook_runs_with_its_defaults(tmp_path: Path) -> None:
+    """As a user in JupyterLab would run it: its own defaults (BenchmarkParams's, and two small models at full scale
+    at one shape), only the output folder moved."""
+    defaults = {name: ast.literal_eval(p["default"]) for name, p in papermill.inspect_notebook(str(BENCHMARK_NOTEBOOK)).items()}
+    assert (defaults["device"], defaults["model_scale"], defaults["repeat"], defaults["number"]) == ("cpu", "full", 30, 3)
+    output_dir = tmp_path / "defaults"
+    papermill.execute_notebook(
+        str(BENCHMARK_NOTEBOOK), str(tmp_path / "executed.ipynb"), parameters={"output_dir": str(output_dir)},
+        cwd=str(BENCHMARK_NOTEBOOK.parent), progress_bar=False,
+    )  # fmt: skip
+    check_rows(output_dir, defaults, defaults)
+    rows = read_results(output_dir)
+    assert rows[["model", "status", "model_scale", "repeat", "number"]].values.tolist() == [
+        [model, OK, "full", 30, 3] for model in defaults["models"] for _ in defaults["batch_sizes"] for _ in defaults["sequence_lengths"]
+    ]

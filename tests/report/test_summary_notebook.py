@@ -1,0 +1,141 @@
+"""The summary notebook executed through papermill (render_summary) on the session's smoke run and on an old run."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+import pytest
+
+from benchlib import read_results
+from benchlib.analysis.spreadsheet import COLUMNS_2019
+from benchlib.analysis.tables import AVERAGES_COLUMNS
+from benchlib.paths import PROJECT_ROOT
+from benchlib.report.render import render_summary
+from tests.conftest import CPU_ENVIRONMENTS
+
+ENVIRONMENTS = ("cpu-pytorch", "cpu-torchscript", "cpu-tensorflow", "cpu-tensorflow-xla")  # the study's four
+REFERENCE = PROJECT_ROOT / "outputs" / "reference"
+# results.csv's columns before attempts, interference and the speed probe were recorded.
+OLD_COLUMNS = (
+    "environment", "framework", "mode", "device", "model", "model_scale", "batch_size", "sequence_length", "status",
+    "mean_s", "median_s", "min_s", "std_s", "repeat", "number", "first_call_s", "samples_s", "reason",
+    "iqr_s", "ci95_low_s", "ci95_high_s", "noisy", "stop_reason", "peak_memory_bytes",
+)  # fmt: skip
+
+
+def page_text(html: Path) -> str:
+    return html.read_text(encoding="utf-8")
+
+
+@pytest.mark.e2e
+def test_summary_renders_html_tables_and_figures(smoke_run: Path, tmp_path: Path) -> None:
+    run = shutil.copytree(smoke_run, tmp_path / "run")
+    html = render_summary([run])
+
+    assert html == run / "summary.html"
+    page = page_text(html)
+    assert "runs.load_runs" not in page and "show_table(" not in page  # the code is hidden
+    # The answer comes first: the findings open the page, before any table.
+    assert page.index("Findings") < page.index("What was measured") < page.index("Speed-up over eager PyTorch float32")
+    assert "the fastest environment overall is" in page or "is the fastest environment overall" in page
+    assert "Cell by cell on cpu" in page and "The 2019 claims: " in page
+    assert "Average inference time per environment" in page and "cells_excluded" in page
+    assert page.count("data:image/png") >= 3
+    assert "Speed probe" in page or "speed probe" in page
+    assert "Interference was not measured" not in page  # every environment of a fresh run measured it
+
+    averages = pd.read_csv(run / "tables" / "framework_averages.csv")
+    assert list(averages.columns) == list(AVERAGES_COLUMNS)
+    assert sorted(averages["environment"]) == sorted(ENVIRONMENTS)
+    # Of the smoke grid's 20 cells, ctrl at sequence 300 is too long everywhere and Transformer-XL's
+    # two cells are unsupported in PyTorch: excluded from every average, and counted.
+    assert set(averages["cells_used"]) == {17} and set(averages["cells_excluded"]) == {3}
+    assert (averages["mean_s"] > 0).all()
+    assert {p.name for p in (run / "figures").iterdir()} == {
+        "framework_averages.png", "tf_over_pt_heatmap.png", "time_vs_sequence.png", "peak_memory.png", "speed_probe.png", "roofline.png",
+        "fastest_heatmap.png",
+    }  # fmt: skip
+    # Every environment of the run against eager PyTorch float32 (the averages above are the study's four only).
+    ok_cells = {env: int((read_results(run / env)["status"] == "ok").sum()) for env in CPU_ENVIRONMENTS}
+    measured = {env for env, count in ok_cells.items() if count}
+    speedups = pd.read_csv(run / "tables" / "speedups.csv").set_index("environment")
+    assert set(ENVIRONMENTS) | {"cpu-onnxruntime", "cpu-torch-compile", "cpu-openvino"} <= measured <= set(speedups.index)
+    assert speedups.loc["cpu-pytorch", "verdict"] == "baseline" and speedups.loc["cpu-pytorch", "cells"] == 17
+    # The cells ok in both: ctrl is unsupported by torch.compile, Transformer-XL by every PyTorch-based backend.
+    assert speedups.loc["cpu-torch-compile", "cells"] == 16 and speedups.loc[sorted(measured), "cells"].between(16, 17).all()
+    assert (speedups.loc[sorted(measured), "speedup"] > 0).all()
+    fastest = pd.read_csv(run / "tables" / "fastest.csv")
+    assert len(fastest) == 20 and set(fastest["fastest"].dropna()) <= measured
+    for name in ("speedups_per_model", "pytorch_vs_tensorflow", "torchscript_vs_eager", "xla_vs_function", "distilled_vs_teacher", "claims_2019", "excluded_cells", "threads",
+                 "peak_memory_mib", "fraction_of_peak", "efficiency_cells"):  # fmt: skip
+        assert (run / "tables" / f"{name}.csv").is_file(), name
+    spreadsheet = (run / "tables" / "spreadsheet_2019_cpu-tensorflow-xla.csv").read_text().splitlines()
+    assert spreadsheet[0] == ",".join(COLUMNS_2019) and len(spreadsheet) == 11
+
+    # How close to the machine's limit: the runner measured the limits, the sweep counted each ok cell's FLOPs.
+    assert "of the measured float32 peak" in page and "Peak float32 matrix multiply" in page
+    cells = pd.read_csv(run / "tables" / "efficiency_cells.csv")
+    # Every ok cell: 17 in eager PyTorch, 19 in each TensorFlow one (Transformer-XL runs there), ...
+    assert ok_cells["cpu-pytorch"] == 17 and ok_cells["cpu-tensorflow"] == ok_cells["cpu-tensorflow-xla"] == 19
+    assert len(cells) == sum(ok_cells.values()) and (cells["flops"] > 0).all() and (cells["fraction_of_peak"] > 0).all()
+    assert cells["achieved_flops_per_s"].tolist() == pytest.approx((cells["flops"] / cells["time_s"]).tolist())
+    assert set(pd.read_csv(run / "tables" / "fraction_of_peak.csv")["environment"]) == measured
+
+    executed = nbformat.read(run / "summary.ipynb", as_version=4)
+    assert executed.metadata.papermill.parameters == {"run_dirs": [str(run)], "output_dir": str(run)}
+    # What is shared names no path of this machine: the run lies outside the kit (under tmp_path), so it is named by its name.
+    assert "Runs: <code>run</code>" in page and str(tmp_path) not in page
+    assert [path.name for path in (run / "tables").glob("*.csv") if str(tmp_path) in path.read_text(encoding="utf-8")] == []
+
+
+@pytest.mark.e2e
+def test_partial_run_without_xla_renders_what_is_there(smoke_run: Path, tmp_path: Path) -> None:
+    run = tmp_path / "partial"
+    for environment in ("cpu-pytorch", "cpu-tensorflow"):
+        shutil.copytree(smoke_run / environment, run / environment)
+    results = run / "cpu-tensorflow" / "results.csv"
+    results.write_text("".join(results.read_text().splitlines(keepends=True)[:4]))  # header and 3 cells: still running
+
+    html = render_summary([str(run)], output_dir=tmp_path / "summary")
+
+    assert html == tmp_path / "summary" / "summary.html"
+    page = page_text(html)
+    assert "No tensorflow (xla) environment on cpu" in page and "No pytorch (torchscript) environment on cpu" in page
+    assert "There is no cuda environment in these runs." in page
+    assert "cpu-tensorflow has no row for 17 of the 20 cells measured on cpu" in page
+    assert not (tmp_path / "summary" / "tables" / "xla_vs_function.csv").exists()
+    averages = pd.read_csv(tmp_path / "summary" / "tables" / "framework_averages.csv").set_index("environment")
+    assert averages["cells_used"].tolist() == [3, 3] and averages["cells_excluded"].tolist() == [17, 17]
+    assert not (run / "summary.html").exists()
+
+
+def test_render_summary_names_a_missing_run_folder(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="run_dirs: not a folder: .*nowhere"):
+        render_summary([tmp_path / "nowhere"])
+
+
+@pytest.mark.e2e
+def test_a_run_from_before_interference_and_probes_renders_and_says_so(tmp_path: Path) -> None:
+    run = tmp_path / "old"
+    for environment in ("cpu-pytorch", "cpu-tensorflow"):
+        source, target = REFERENCE / environment, run / environment
+        target.mkdir(parents=True)
+        with open(source / "results.csv", newline="") as old, open(target / "results.csv", "w", newline="") as new:
+            writer = csv.DictWriter(new, fieldnames=OLD_COLUMNS, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(csv.DictReader(old))
+        info = json.loads((source / "environment.json").read_text())
+        info = {key: value for key, value in info.items() if key not in ("interference", "probe_workload", "probes")}
+        (target / "environment.json").write_text(json.dumps(info))
+
+    page = page_text(render_summary([run]))
+
+    assert "Interference was not measured for cpu-pytorch and cpu-tensorflow" in page
+    assert "No environment of these runs recorded a speed probe" in page
+    assert "Average inference time per environment" in page and "Peak memory" in page
+    assert not (run / "tables" / "disturbed_cells.csv").exists() and not (run / "figures" / "speed_probe.png").exists()
