@@ -82,6 +82,11 @@ def affinity_cores() -> int | None:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
 
 
+def usable_cores() -> int:
+    """The CPUs this process may run on, else the machine's count (at least 1)."""
+    return affinity_cores() or os.cpu_count() or 1
+
+
 def gpus() -> list[dict[str, str]]:
     """GPUs seen by nvidia-smi (name, memory, driver); empty without one."""
     try:

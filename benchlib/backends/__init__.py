@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from benchlib.machine import package_version
+from benchlib.machine import package_version, usable_cores
 from benchlib.status import Unsupported
 
 if TYPE_CHECKING:  # the catalogue sits above the backends: they are handed its entries
@@ -298,7 +298,7 @@ THREAD_VARIABLES: tuple[str, ...] = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPEN
 def resolve_threads(num_threads: int | str | None) -> int | None:
     """A thread count: "cores" is every CPU this process may run on; None leaves the framework's default."""
     if num_threads == "cores":
-        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return usable_cores()
     return num_threads if isinstance(num_threads, int) else None
 
 

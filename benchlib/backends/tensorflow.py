@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from benchlib.backends import BackendInfo, lazy_import, register
+from benchlib.machine import usable_cores
 
 if TYPE_CHECKING:  # the catalogue sits above the backends: they are handed its entries
     from benchlib.config.catalogue import ModelSpec
@@ -131,7 +132,7 @@ def default_intra_op_threads() -> int:
     from_environment = int(os.environ.get("TF_NUM_INTRAOP_THREADS") or 0)
     if from_environment > 0:
         return from_environment
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return usable_cores()
 
 
 def set_thread_pool(pool: str, num_threads: int) -> None:

@@ -103,9 +103,6 @@ def benchmark_workers(client: Client) -> dict[str, str]:
     return found
 
 
-# ---------------------------------------------------------------- rows as CSV records
-
-
 # ---------------------------------------------------------------- on a worker
 
 

@@ -86,13 +86,13 @@ def failure(exc: Exception, params: BenchmarkParams, peak_resident: int | None =
 
 def sweep_model(
     backend: Backend, spec: ModelSpec, params: BenchmarkParams, shapes: list[tuple[int, int]],
-    emit: Callable[..., None], begin: Callable[[Cell], None], meter: InterferenceMeter | None = None,
+    emit: Callable[..., None], begin: Callable[[Cell], None], meter: InterferenceMeter | None = None, unsupported: str | None = None,
 ) -> None:  # fmt: skip
-    """Measure `shapes` of one model, building it once and only if a shape needs it.
+    """Measure `shapes` of one model, building it once and only if a shape needs it; with `unsupported`
+    (`model_unsupported`'s reason) every cell that fits is `unsupported`.
 
     `begin(cell)` is called before a cell's model is built or measured, `emit(cell, status, ...)` when it ends.
     """
-    unsupported = model_unsupported(backend, spec, params)
     model, build_failure, attention = None, None, ""
     for batch_size, sequence_length in shapes:
         cell = (spec.name, batch_size, sequence_length)
@@ -127,10 +127,8 @@ def model_unsupported(backend: Backend, spec: ModelSpec, params: BenchmarkParams
     return not_installed(params.framework) or unsupported_reason(spec, params.framework, params.mode, params.precision) or backend.unsupported()
 
 
-def first_to_build(backend: Backend, spec: ModelSpec, params: BenchmarkParams, shapes: list[tuple[int, int]]) -> Cell | None:
-    """The first of `shapes` for which `sweep_model` builds the model (it fits and the environment can run it), or None."""
-    if model_unsupported(backend, spec, params):
-        return None
+def first_to_build(spec: ModelSpec, shapes: list[tuple[int, int]]) -> Cell | None:
+    """The first of `shapes` for which `sweep_model` builds the model (it fits the model), or None."""
     return next(((spec.name, b, s) for b, s in shapes if spec.fits(s)), None)
 
 
@@ -226,11 +224,12 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
             for name in dict.fromkeys(model for model, _, _ in cells):
                 spec = get_model(name)
                 shapes = [(b, s) for model, b, s in cells if model == name]
+                unsupported = model_unsupported(backend, spec, params)
                 # A kernel that dies in the probe or while building the model leaves a record of the cell it was working towards.
-                if (first := first_to_build(backend, spec, params, shapes)) is not None:
+                if not unsupported and (first := first_to_build(spec, shapes)) is not None:
                     begin(first, probing=True)
                 now["probe_s"] = probe(f"before {name}{label}")
-                sweep_model(backend, spec, params, shapes, emit, begin, meter)
+                sweep_model(backend, spec, params, shapes, emit, begin, meter, unsupported)
 
         try:
             sweep(todo, "")
