@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import textwrap
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,9 +24,54 @@ CPU_ENVIRONMENTS = [name for name in available("environments") if name.startswit
 RunCli = Callable[..., subprocess.CompletedProcess]
 
 
-def _run_cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+# Loaded by every Python process through PYTHONPATH (sitecustomize): a connection or a name lookup for any
+# address off this machine is logged (pid and address) to $NETWORK_ATTEMPTS_LOG and refused.
+BLOCK_NETWORK = """
+import os, socket, sys
+
+_LOG = os.environ["NETWORK_ATTEMPTS_LOG"]
+_LOCAL = ("127.", "::1", "localhost", "0.0.0.0", "::")
+
+
+def _blocked(where):
+    with open(_LOG, "a") as log:
+        log.write(f"{os.getpid()} {where}\\n")
+    raise OSError(f"network blocked: {where}")
+
+
+def _hook(event, args):
+    if event == "socket.connect" and args[0].family in (socket.AF_INET, socket.AF_INET6):
+        if not str(args[1][0]).startswith(_LOCAL):
+            _blocked(args[1])
+    elif event == "socket.getaddrinfo" and args[0] is not None and not str(args[0]).startswith(_LOCAL):
+        _blocked(args[0])
+
+
+sys.addaudithook(_hook)
+"""
+
+
+@dataclass(frozen=True)
+class NetworkBlock:
+    """An environment for subprocesses in which no connection leaves this machine, and the log of attempts."""
+
+    env: dict[str, str]
+    log: Path
+
+
+@pytest.fixture(scope="session")
+def network_blocked(tmp_path_factory: pytest.TempPathFactory) -> NetworkBlock:
+    """The environment of this process without the hub's switches (HF_*, TRANSFORMERS_*: the kit must set its
+    own), with every Python subprocess refusing and logging connections off this machine."""
+    folder = tmp_path_factory.mktemp("network-blocked")
+    (folder / "sitecustomize.py").write_text(textwrap.dedent(BLOCK_NETWORK))
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("HF_", "TRANSFORMERS_"))}
+    return NetworkBlock({**env, "PYTHONPATH": str(folder), "NETWORK_ATTEMPTS_LOG": str(folder / "attempts.log")}, folder / "attempts.log")
+
+
+def _run_cli(*args: str, timeout: float = 900, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "benchlib", *args], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "benchlib", *args], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=timeout, env=env
     )
 
 
@@ -34,8 +82,9 @@ def run_cli() -> RunCli:
 
 
 @pytest.fixture(scope="session")
-def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The run folder of `python -m benchlib run --grid smoke` over every CPU environment (no summary).
+def smoke_run(tmp_path_factory: pytest.TempPathFactory, network_blocked: NetworkBlock) -> Path:
+    """The run folder of `python -m benchlib run --grid smoke` over every CPU environment (no summary),
+    with the network blocked (`network_blocked`).
 
     Made once per test session (a few minutes): each environment is the benchmark notebook
     executed by papermill in its own kernel. Tests must not change it; copy it first.
@@ -43,7 +92,7 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = tmp_path_factory.mktemp("smoke-run")
     completed = _run_cli(
         "run", "--grid", "smoke", "--environments", ",".join(CPU_ENVIRONMENTS),
-        "--out", str(run_dir), "--no-summary", "--quiet",
+        "--out", str(run_dir), "--no-summary", "--quiet", env=network_blocked.env,
     )  # fmt: skip
     assert completed.returncode == 0, f"smoke run failed:\n{completed.stdout}\n{completed.stderr}"
     return run_dir

@@ -16,6 +16,8 @@ import ctypes.util
 import gc
 import re
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,19 @@ def release_free_memory() -> None:
     gc.collect()
     if _LIBC is not None and hasattr(_LIBC, "malloc_trim"):
         _LIBC.malloc_trim(0)
+
+
+@contextmanager
+def imports_frozen() -> Iterator[None]:
+    """Inside, `gc.collect` leaves alone every object that exists on entry (`gc.freeze`): the frameworks'
+    modules, millions of objects that a collection before each cell would otherwise walk again
+    (0.2 s a collection with PyTorch and transformers imported). Garbage made inside is collected as before."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def peak_rss_bytes() -> int:

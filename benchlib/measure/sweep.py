@@ -12,13 +12,15 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from benchlib import status
-from benchlib.backends import TOLERANCE, Backend, backend_info, is_out_of_memory, load_backend, not_installed, unsupported_reason, versions_of
+from benchlib.backends import (
+    TOLERANCE, Backend, backend_info, is_out_of_memory, load_backend, model_class, not_installed, unsupported_reason, versions_of,
+)
 from benchlib.config.catalogue import ModelSpec, get_model
 from benchlib.config.params import BenchmarkParams, validate_params
 from benchlib.measure.flops import analytic_flops
 from benchlib.measure.interference import METHOD as INTERFERENCE_METHOD
 from benchlib.measure.interference import InterferenceMeter, make_meter
-from benchlib.measure.memory import CellPeakMemory
+from benchlib.measure.memory import CellPeakMemory, imports_frozen
 from benchlib.measure.memory_limit import apply_memory_limit, at_memory_limit
 from benchlib.measure.probe import PROBE_WORKLOAD, run_probe
 from benchlib.measure.timing import Measurement, TimingSpec, measure, prepare_and_call_once
@@ -127,6 +129,16 @@ def model_unsupported(backend: Backend, spec: ModelSpec, params: BenchmarkParams
     return not_installed(params.framework) or unsupported_reason(spec, params.framework, params.mode, params.precision) or backend.unsupported()
 
 
+def import_model_code(spec: ModelSpec, params: BenchmarkParams) -> None:
+    """Import the `transformers` modules that build `spec` in this environment before the sweep freezes what
+    is imported (`imports_frozen`). A failure is left for building the model to report in its cells."""
+    try:
+        spec.build_config(params.model_scale)
+        model_class(spec, params.framework)
+    except Exception:  # noqa: S110 - reported by the build, cell by cell
+        pass
+
+
 def first_to_build(spec: ModelSpec, shapes: list[tuple[int, int]]) -> Cell | None:
     """The first of `shapes` for which `sweep_model` builds the model (it fits the model), or None."""
     return next(((spec.name, b, s) for b, s in shapes if spec.fits(s)), None)
@@ -198,7 +210,10 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
         write_environment(output_dir, {**description, "probes": probes})
         return "" if record["seconds"] is None else record["seconds"]
 
-    with ResultsWriter(output_dir) as writer, tqdm(total=len(todo), desc=params.environment, disable=not progress) as bar:
+    unsupported = {name: model_unsupported(backend, get_model(name), params) for name in dict.fromkeys(model for model, _, _ in grid)}
+    for name in (name for name, reason in unsupported.items() if reason is None):
+        import_model_code(get_model(name), params)
+    with imports_frozen(), ResultsWriter(output_dir) as writer, tqdm(total=len(todo), desc=params.environment, disable=not progress) as bar:
         now = {"attempt": 1, "probe_s": probe("start")}
 
         def row_of(cell: Cell) -> dict[str, Any]:
@@ -224,12 +239,11 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
             for name in dict.fromkeys(model for model, _, _ in cells):
                 spec = get_model(name)
                 shapes = [(b, s) for model, b, s in cells if model == name]
-                unsupported = model_unsupported(backend, spec, params)
                 # A kernel that dies in the probe or while building the model leaves a record of the cell it was working towards.
-                if not unsupported and (first := first_to_build(spec, shapes)) is not None:
+                if not unsupported[name] and (first := first_to_build(spec, shapes)) is not None:
                     begin(first, probing=True)
                 now["probe_s"] = probe(f"before {name}{label}")
-                sweep_model(backend, spec, params, shapes, emit, begin, meter, unsupported)
+                sweep_model(backend, spec, params, shapes, emit, begin, meter, unsupported[name])
 
         try:
             sweep(todo, "")

@@ -102,29 +102,6 @@ def test_transformer_xl_pytorch_is_unsupported_because_upstream_fails():
         backend.prepare(model, backend.make_inputs(spec.vocab_size("tiny"), 1, 8, seed=0))()
 
 
-@pytest.mark.e2e
-def test_tiny_models_run_in_tensorflow_function_and_xla():
-    results = run_python(
-        """
-        import json
-        from benchlib.backends import load_backend
-        from benchlib.config.catalogue import load_catalogue
-        out = {}
-        for mode in ("function", "xla"):
-            backend = load_backend("tensorflow", mode)
-            for name, spec in load_catalogue().items():
-                model = backend.build(spec, "tiny")
-                ids = backend.make_inputs(spec.vocab_size("tiny"), 2, 8, seed=0)
-                with backend.inference_context():
-                    output = backend.prepare(model, ids)()
-                out[f"{mode}/{name}"] = list(output[0].shape)
-        print(json.dumps(out))
-        """
-    )
-    assert len(results) == 2 * len(STUDY_MODELS)
-    assert all(shape[:2] == [2, 8] for shape in results.values()), results
-
-
 OUTPUT_FIELDS = ("use_cache", "output_attentions", "output_hidden_states", "use_mems_eval")
 
 

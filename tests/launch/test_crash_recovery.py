@@ -1,11 +1,9 @@
-"""Nothing lost, for real: a kernel killed mid-cell, a second writer, a run with the network blocked."""
+"""Nothing lost, for real: a kernel killed mid-cell, a second writer, a run with the network blocked (the session's smoke run)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -15,6 +13,7 @@ import yaml
 from benchlib import read_results
 from benchlib.paths import PARAMETERS_DIR, PROJECT_ROOT
 from benchlib.store.recovery import read_in_flight
+from tests.conftest import CPU_ENVIRONMENTS, NetworkBlock
 from tests.kernels import kill_mid_cell
 
 SMOKE = yaml.safe_load((PARAMETERS_DIR / "grids" / "smoke.yaml").read_text())
@@ -78,50 +77,18 @@ def test_a_second_run_on_a_folder_in_use_is_refused(tmp_path):
     assert len(rows) == SMOKE_CELLS and not rows.duplicated(["model", "batch_size", "sequence_length"]).any()
 
 
-BLOCK_NETWORK = """
-import os, socket, sys
-
-_LOG = os.environ["NETWORK_ATTEMPTS_LOG"]
-_LOCAL = ("127.", "::1", "localhost", "0.0.0.0", "::")
-
-
-def _blocked(where):
-    with open(_LOG, "a") as log:
-        log.write(f"{os.getpid()} {where}\\n")
-    raise OSError(f"network blocked: {where}")
-
-
-def _hook(event, args):
-    if event == "socket.connect" and args[0].family in (socket.AF_INET, socket.AF_INET6):
-        if not str(args[1][0]).startswith(_LOCAL):
-            _blocked(args[1])
-    elif event == "socket.getaddrinfo" and args[0] is not None and not str(args[0]).startswith(_LOCAL):
-        _blocked(args[0])
-
-
-sys.addaudithook(_hook)
-"""
-
-
 @pytest.mark.e2e
-def test_run_completes_with_the_network_blocked(tmp_path):
-    blocker = tmp_path / "blocker"
-    blocker.mkdir()
-    (blocker / "sitecustomize.py").write_text(textwrap.dedent(BLOCK_NETWORK))
-    log = tmp_path / "attempts.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
-    env.update(PYTHONPATH=str(blocker), NETWORK_ATTEMPTS_LOG=str(log))
+def test_run_completes_with_the_network_blocked(smoke_run: Path, network_blocked: NetworkBlock, tmp_path: Path):
     # The block works: a plain download attempt is stopped and logged.
-    probe = subprocess.run([sys.executable, "-c", "import urllib.request; urllib.request.urlopen('https://huggingface.co')"], env=env, capture_output=True, text=True)
-    assert probe.returncode != 0 and "network blocked" in probe.stderr and log.read_text()
-    log.unlink()
-
-    run = subprocess.run(smoke(tmp_path / "run", "cpu-pytorch,cpu-tensorflow", limits=True), cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stdout + run.stderr
-    for environment in ("cpu-pytorch", "cpu-tensorflow"):
-        rows = read_results(tmp_path / "run" / environment)
+    tried = tmp_path / "attempts.log"
+    url = "import urllib.request; urllib.request.urlopen('https://huggingface.co')"
+    probe = subprocess.run([sys.executable, "-c", url], env={**network_blocked.env, "NETWORK_ATTEMPTS_LOG": str(tried)}, capture_output=True, text=True)
+    assert probe.returncode != 0 and "network blocked" in probe.stderr and tried.read_text()
+    # The session's smoke run (every CPU environment, every model, the machine's limits) ran under it.
+    for environment in CPU_ENVIRONMENTS:
+        rows = read_results(smoke_run / environment)
         assert len(rows) == SMOKE_CELLS and (rows.status != "error").all(), rows.reason.tolist()
-    assert not log.exists(), log.read_text()  # the kit tried no connection at all
+    assert not network_blocked.log.exists(), network_blocked.log.read_text()  # the kit tried no connection at all
 
 
 @pytest.mark.e2e
