@@ -1,4 +1,4 @@
-"""`python -m benchlib`: run the benchmark (`run`), render a run's summary (`summary`), compare two runs (`compare`), open the notebooks (`lab`)."""
+"""`python -m benchlib`: run the benchmark (`run`), render a run's summary (`summary`), compare two runs (`compare`), list or clear the build cache (`cache`), open the notebooks (`lab`)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,9 @@ from benchlib.config.params import ParameterError
 from benchlib.launch.local import DEFAULT_MAX_RESTARTS, format_duration, measure_machine_limits, run_jobs
 from benchlib.launch.signals import stoppable
 from benchlib.paths import PROJECT_ROOT
+from benchlib.store.cache import CACHE_VARIABLE, cache_root
+from benchlib.store.cache import clear as clear_cache
+from benchlib.store.cache import entries as cache_entries
 from benchlib.store.layout import COMPARE_DIR_PREFIX
 
 USAGE_ERROR = 2
@@ -24,7 +27,7 @@ CLUSTER_DISTRIBUTIONS = ("dask", "distributed")  # the cluster extra: pip instal
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line: `run`, `summary`, `compare` and `lab`."""
+    """The command line: `run`, `summary`, `compare`, `cache` and `lab`."""
     parser = argparse.ArgumentParser(prog="benchlib", description="Transformer inference benchmarks driven by papermill.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -58,6 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, help=f"the smallest change that counts, as a fraction (default: {DEFAULT_THRESHOLD})")
     compare.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help=f"significance level of each cell's Mann-Whitney U test (default: {DEFAULT_ALPHA})")
     compare.add_argument("--out", type=Path, help=f"the report folder (default: RUN_B/{COMPARE_DIR_PREFIX}<name of RUN_A>)")
+
+    cache = commands.add_parser("cache", help="list the build cache (models' weights, exports, compiled models), or clear it")
+    cache.add_argument("action", nargs="?", choices=("list", "clear"), default="list", help="list (default) or clear the entries")
+    cache.add_argument("--older-than", type=float, metavar="DAYS", help="clear: only the entries not used for DAYS days")
 
     commands.add_parser("lab", help="start JupyterLab on notebooks/ (other arguments go to jupyter lab)")
     return parser
@@ -140,6 +147,46 @@ def command_summary(args: argparse.Namespace) -> int:
     return 0 if render_summary(list(args.run_dirs)) else 1
 
 
+def size_text(count: float) -> str:
+    """Bytes as people read them: 512 B, 3.4 MB, 6.5 GB."""
+    for unit in ("B", "kB", "MB", "GB"):
+        if count < 1000 or unit == "GB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1000
+    return ""  # not reached
+
+
+def age_text(seconds: float) -> str:
+    """How long ago, in the largest whole unit: 40 s, 12 min, 5 h, 3 days."""
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size:.0f} {unit}"
+    return f"{max(seconds, 0):.0f} s"
+
+
+def command_cache(args: argparse.Namespace) -> int:
+    """List the build cache's entries, or clear them (those not used for --older-than days)."""
+    if args.older_than is not None and (args.action != "clear" or args.older_than < 0):
+        problem = "goes with clear" if args.action != "clear" else f"must be 0 or more days, not {args.older_than:g}"
+        print(f"--older-than: {problem}", file=sys.stderr)
+        return USAGE_ERROR
+    root, now = cache_root(), time.time()
+    if args.action == "clear":
+        removed = clear_cache(args.older_than)
+        print(f"{root}: removed {len(removed)} {'entry' if len(removed) == 1 else 'entries'}, {size_text(sum(e.bytes for e in removed))}")
+        return 0
+    found = cache_entries()
+    print(f"build cache: {root} ({CACHE_VARIABLE} moves it; `python -m benchlib cache clear [--older-than DAYS]` empties it)")
+    if found:
+        width = max(len(entry.name) for entry in found)
+        print(f"{'kind':<10} {'entry':<{width}} {'size':>9} {'made':>9} {'used':>9}")
+        for entry in found:
+            name = f"{entry.name} (half-made)" if entry.partial else entry.name
+            print(f"{entry.kind:<10} {name:<{width}} {size_text(entry.bytes):>9} {age_text(now - entry.made):>9} {age_text(now - entry.used):>9}")
+    print(f"{len(found)} {'entry' if len(found) == 1 else 'entries'}, {size_text(sum(entry.bytes for entry in found))}")
+    return 0
+
+
 def command_lab(jupyter_args: Sequence[str]) -> int:
     """Replace this process with JupyterLab rooted at the kit's folder and opened on notebooks/."""
     argv = [
@@ -163,4 +210,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "compare":
         return run_compare(args.run_a, args.run_b, args.threshold, args.alpha, args.out)
+    if args.command == "cache":
+        return command_cache(args)
     return command_run(args) if args.command == "run" else command_summary(args)

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,8 +15,23 @@ import pytest
 from benchlib.backends.pytorch import use_torch
 from benchlib.config.jobs import available
 from benchlib.paths import PROJECT_ROOT
+from benchlib.store.cache import CACHE_VARIABLE
 
 use_torch()  # this process runs PyTorch only: transformers must not import TensorFlow here (TensorFlow runs in subprocesses)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def build_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A build cache of this test session's own (BENCHLIB_CACHE, inherited by every process the tests start):
+    the user's cache is never read or written, and each session starts cold."""
+    folder = tmp_path_factory.mktemp("build-cache")
+    previous = os.environ.get(CACHE_VARIABLE)
+    os.environ[CACHE_VARIABLE] = str(folder)
+    yield folder
+    if previous is None:
+        os.environ.pop(CACHE_VARIABLE, None)
+    else:
+        os.environ[CACHE_VARIABLE] = previous
 
 # Every CPU environment shipped in parameters/environments/: the study's four and today's backends.
 CPU_ENVIRONMENTS = [name for name in available("environments") if name.startswith("cpu-")]
@@ -96,3 +111,17 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory, network_blocked: Network
     )  # fmt: skip
     assert completed.returncode == 0, f"smoke run failed:\n{completed.stdout}\n{completed.stderr}"
     return run_dir
+
+
+@pytest.fixture
+def run_cli_in_process(capsys: pytest.CaptureFixture[str]) -> Callable[[list[str]], tuple[int, str, str]]:
+    """Runs `benchlib.cli.main(args)` in this process: (exit status, standard output, standard error)."""
+    from benchlib.cli import main
+
+    def run(args: list[str]) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = main(args)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run

@@ -154,6 +154,28 @@ def round_spread(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(records, columns=columns)
 
 
+def time_to_first_result(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per environment (rows of `runs.load_runs`): the seconds a fresh process pays before its first result, over
+    its models (each model's first `ok` cell, the one its process built it for): `warm`, with every artefact in
+    the build cache (`build_s` + `prepare_s` + `first_call_s`), and `cold`, from nothing (plus `cold_export_s`,
+    what making the weights, export and conversion took). Empty for runs from before the build cache."""
+    columns = ["environment", "models", "warm_median_s", "cold_median_s", "slowest_model", "slowest_cold_s", "from_cache"]
+    rows = _with_columns(rows, ["status", "build_s", "cold_export_s", "prepare_s", "first_call_s", "cached"])
+    ok = rows[(rows["status"] == status.OK) & pd.to_numeric(rows["build_s"], errors="coerce").notna()]
+    records = []
+    for env, cells in ok.groupby("environment", sort=False):
+        first = cells.drop_duplicates("model")
+        number = {name: pd.to_numeric(first[name], errors="coerce").fillna(0.0) for name in ("build_s", "cold_export_s", "prepare_s", "first_call_s")}
+        warm = number["build_s"] + number["prepare_s"] + number["first_call_s"]
+        cold = warm + number["cold_export_s"]
+        records.append({
+            "environment": env, "models": len(first), "warm_median_s": float(warm.median()), "cold_median_s": float(cold.median()),
+            "slowest_model": first.loc[cold.idxmax(), "model"], "slowest_cold_s": float(cold.max()),
+            "from_cache": f"{int(is_true(first['cached']).sum())} of {len(first)}",
+        })  # fmt: skip
+    return pd.DataFrame(records, columns=columns)
+
+
 def _threshold(environments: list[dict[str, Any]]) -> str:
     """The `max_interference` the environments ran with, in % ("5%", "5% or 10%")."""
     values = {(env.get("interference") or {}).get("max_interference") for env in environments}

@@ -64,7 +64,7 @@ class BackendSettings:
     num_threads: int | None = None
     num_interop_threads: int | None = None
     seed: int = 0
-    cache_dir: Path | None = None  # where exported models are kept (the run folder's exports/)
+    cache_dir: Path | None = None  # the build cache (store/cache.py); None: BENCHLIB_CACHE or the user's cache directory
 
     def make(self, backend_class: type[Any]) -> Any:
         """An instance of the dataclass `backend_class`, given each of these settings it has a field for."""

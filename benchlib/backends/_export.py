@@ -1,15 +1,12 @@
 """What the backends that run an exported PyTorch model (ONNX Runtime, OpenVINO) share: the ONNX
-export, cached once per model in the run folder, and the cell's plumbing (inputs, comparison with
-eager PyTorch float32, no device to wait for).
+export, made once per model's weights in the build cache, and the cell's plumbing (inputs, comparison
+with eager PyTorch float32, no device to wait for).
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import os
-import shutil
-import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from benchlib.backends import lazy_import
-from benchlib.backends.pytorch import build_reference, difference, reference_output, traceable_masks, use_torch
+from benchlib.backends.pytorch import build_reference, difference, reference_output, traceable_masks, use_torch, weights
+from benchlib.machine import package_version
+from benchlib.store.cache import Artefact, artefact
 
 if TYPE_CHECKING:  # the catalogue sits above the backends: they are handed its entries
     from benchlib.config.catalogue import ModelSpec
@@ -29,46 +28,22 @@ ONNX_OPSET = 17
 MODEL_FILE = "model.onnx"
 
 
-def export_dir(cache_dir: Path | None) -> Path:
-    """Where exports are kept: the run folder's exports/, or a temporary folder without one."""
-    if cache_dir is None:
-        cache_dir = Path(tempfile.gettempdir()) / "benchlib-exports"
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    return cache_dir
+def onnx_export(reference: Any, made_from: Artefact, label: str, cache_dir: Path | None) -> Artefact:
+    """The build cache's ONNX export of `reference` (eager float32, loaded from the weights entry `made_from`),
+    with dynamic batch and sequence axes: `torch.onnx.export(..., dynamo=False)` under `traceable_masks`,
+    once per weights, opset and exporter versions. A model over 2 GB keeps its weights in files beside it."""
+    key = {"weights": made_from.digest, "opset": ONNX_OPSET, "torch": torch.__version__, "onnx": package_version("onnx")}
 
-
-def export_path(spec: ModelSpec, scale: str, seed: int, cache_dir: Path | None) -> Path:
-    """Where the ONNX export of `spec` at `scale` with weights from `seed` is kept (whether or not it exists yet)."""
-    return export_dir(cache_dir) / f"{spec.name}-{scale}-seed{seed}-opset{ONNX_OPSET}" / MODEL_FILE
-
-
-def export_onnx(reference: Any, spec: ModelSpec, scale: str, seed: int, cache_dir: Path | None) -> Path:
-    """The ONNX file of `reference` (eager float32, weights from `seed`), with dynamic batch and sequence axes.
-
-    Exported once per model, scale and seed with `torch.onnx.export(..., dynamo=False)` under
-    `traceable_masks`, into a folder of its own (a model over 2 GB keeps its weights in files beside
-    it); a later environment of the same run finds it there. The folder appears whole or not at all.
-    """
-    folder = export_path(spec, scale, seed, cache_dir).parent
-    if (folder / MODEL_FILE).exists():
-        return folder / MODEL_FILE
-    partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-    try:
+    def make(folder: Path) -> None:
         ids = torch.zeros((1, 8), dtype=torch.long)
         with torch.no_grad(), traceable_masks(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # tracer and deprecation warnings: the graph is checked by the output's difference
             torch.onnx.export(
-                reference, (ids,), str(partial / MODEL_FILE), input_names=["input_ids"], output_names=["last_hidden_state"],
+                reference, (ids,), str(folder / MODEL_FILE), input_names=["input_ids"], output_names=["last_hidden_state"],
                 dynamic_axes={"input_ids": {0: "batch", 1: "sequence"}}, opset_version=ONNX_OPSET, dynamo=False,
             )  # fmt: skip
-        try:
-            os.rename(partial, folder)
-        except OSError:  # another environment exported it meanwhile: keep theirs
-            shutil.rmtree(partial, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
-    return folder / MODEL_FILE
+
+    return artefact("onnx", label, key, make, cache_dir)
 
 
 @dataclass
@@ -77,7 +52,7 @@ class Exported:
 
     runner: Any  # an onnxruntime.InferenceSession or an openvino.CompiledModel
     reference: Any
-    path: Path
+    path: Path  # the file it was loaded from
 
     @property
     def config(self) -> Any:
@@ -96,11 +71,12 @@ class ExportedBackend:
     seed: int = 0
     cache_dir: Path | None = None
 
-    def export(self, spec: ModelSpec, scale: str) -> tuple[Any, Path]:
-        """(eager float32 reference, path of its ONNX export)."""
+    def export(self, spec: ModelSpec, scale: str) -> tuple[Any, Artefact]:
+        """(eager float32 reference, the build cache's entry of its ONNX export)."""
         use_torch()
-        reference = build_reference(spec, scale, self.seed)
-        return reference, export_onnx(reference, spec, scale, self.seed, self.cache_dir)
+        made_from = weights(spec, scale, self.seed, self.cache_dir)
+        reference = build_reference(spec, scale, self.seed, cache_dir=self.cache_dir)
+        return reference, onnx_export(reference, made_from, f"{spec.name}-{scale}", self.cache_dir)
 
     def make_inputs(self, vocab_size: int, batch_size: int, sequence_length: int, seed: int) -> np.ndarray:
         # The same ids as the PyTorch backend draws for this cell.

@@ -1,4 +1,4 @@
-"""ONNX Runtime: the PyTorch model exported to ONNX (once per model, dynamic batch and sequence axes),
+"""ONNX Runtime: the PyTorch model exported to ONNX (once per model's weights, in the build cache; dynamic batch and sequence axes),
 run by `onnxruntime.InferenceSession` on the CPU with the graph optimisations asked for; int8 is the
 same export after `onnxruntime.quantization.quantize_dynamic` (weights int8, activations quantized per call).
 """
@@ -6,8 +6,6 @@ same export after `onnxruntime.quantization.quantize_dynamic` (weights int8, act
 from __future__ import annotations
 
 import gc
-import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +15,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from benchlib.backends import BackendInfo, lazy_import, register
-from benchlib.backends._export import Exported, ExportedBackend, export_path
+from benchlib.backends._export import MODEL_FILE, Exported, ExportedBackend
+from benchlib.backends.pytorch import build_reference
+from benchlib.store.cache import Artefact, artefact, folder_bytes
 
 if TYPE_CHECKING:  # the catalogue sits above the backends: they are handed its entries
     from benchlib.config.catalogue import ModelSpec
@@ -26,6 +26,7 @@ ort = lazy_import("onnxruntime")
 
 GRAPH_OPTIMIZATION = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
 PROTOBUF_LIMIT = 2**31  # an ONNX file over 2 GiB keeps its weights in external files
+INT8_FILE = "model.int8.onnx"
 
 
 class OnnxRuntimeOptions(BaseModel):
@@ -36,29 +37,18 @@ class OnnxRuntimeOptions(BaseModel):
     graph_optimization: Literal["disabled", "basic", "extended", "all"] = "all"
 
 
-def folder_size(folder: Path) -> int:
-    """Bytes of the files in `folder` (an export and its external weights)."""
-    return sum(path.stat().st_size for path in folder.iterdir() if path.is_file())
+def quantized(onnx: Artefact, cache_dir: Path | None) -> Artefact:
+    """The build cache's int8 copy of the export `onnx`: dynamic quantization (int8 weights, activations
+    quantized per call), once per export and ONNX Runtime version."""
+    key = {"onnx": onnx.digest, "onnxruntime": ort.__version__, "weights": "QInt8", "method": "quantize_dynamic"}
 
+    def make(folder: Path) -> None:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
 
-def int8_path(path: Path) -> Path:
-    """Where the int8 copy of the export at `path` is kept."""
-    return path.with_name("model.int8.onnx")
+        large = folder_bytes(onnx.path) > PROTOBUF_LIMIT // 2
+        quantize_dynamic(onnx.path / MODEL_FILE, folder / INT8_FILE, weight_type=QuantType.QInt8, use_external_data_format=large)
 
-
-def quantized(path: Path) -> Path:
-    """`path` after dynamic int8 quantization (int8 weights, activations quantized per call), cached beside it."""
-    target = int8_path(path)
-    if target.exists():
-        return target
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    partial = Path(tempfile.mkdtemp(prefix=".int8-", dir=path.parent)) / target.name
-    quantize_dynamic(path, partial, weight_type=QuantType.QInt8, use_external_data_format=folder_size(path.parent) > PROTOBUF_LIMIT // 2)
-    for produced in partial.parent.iterdir():  # the model, and its external weights when it has any
-        os.replace(produced, path.parent / produced.name)
-    partial.parent.rmdir()
-    return target
+    return artefact("onnx-int8", onnx.path.name.rsplit("-", 1)[0], key, make, cache_dir)
 
 
 @dataclass
@@ -79,16 +69,13 @@ class OnnxRuntimeBackend(ExportedBackend):
         return None
 
     def build(self, spec: ModelSpec, scale: str) -> Exported:
-        exported = export_path(spec, scale, self.seed, self.cache_dir)
-        if self.precision == "int8" and not int8_path(exported).exists():
-            # Quantizing holds the model twice: never beside the PyTorch reference as well (CTRL: 3 x 6.5 GB).
-            if not exported.exists():
-                self.export(spec, scale)
-                gc.collect()
-            quantized(exported)
-        reference, path = self.export(spec, scale)
+        reference, onnx = self.export(spec, scale)
+        path = onnx.path / MODEL_FILE
         if self.precision == "int8":
-            path = int8_path(path)
+            del reference  # quantizing holds the model twice: never beside the PyTorch reference as well (CTRL: 3 x 6.5 GB)
+            gc.collect()
+            path = quantized(onnx, self.cache_dir).path / INT8_FILE
+            reference = build_reference(spec, scale, self.seed, cache_dir=self.cache_dir)
         session = ort.InferenceSession(str(path), self._session_options, providers=["CPUExecutionProvider"])
         return Exported(session, reference, path)
 

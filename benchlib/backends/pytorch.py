@@ -1,8 +1,9 @@
 """PyTorch: eager (`model.eval()` under `torch.inference_mode()`), TorchScript (`torch.jit.trace` per shape)
 and `torch.compile` (inductor, compiled per shape); float32, or the model cast to bfloat16 or float16.
 
-The other backends that start from a PyTorch model (ONNX Runtime, OpenVINO) use `build_reference`,
-`reference_output` and `traceable_masks` from here.
+A model's random weights are made once per machine (`weights`, in the build cache) and loaded by every
+kernel. The other backends that start from a PyTorch model (ONNX Runtime, OpenVINO) use `weights`,
+`build_reference`, `reference_output` and `traceable_masks` from here.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import re
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from unittest import mock
 
@@ -24,6 +26,7 @@ from pydantic import BaseModel, ConfigDict
 
 from benchlib.backends import BackendInfo, lazy_import, register
 from benchlib.machine import bfloat16_cpu_reason, cpu_flags
+from benchlib.store.cache import Artefact, artefact, compiler_cache
 
 if TYPE_CHECKING:  # the catalogue sits above the backends: they are handed its entries
     from benchlib.config.catalogue import ModelSpec
@@ -81,17 +84,33 @@ def traceable_masks() -> Iterator[None]:
         yield
 
 
-def build_reference(spec: ModelSpec, scale: str, seed: int, attn_implementation: str | None = None) -> Any:
-    """The eager float32 PyTorch model on the CPU, its random weights drawn from `seed`: the same
-    weights in every kernel, so that an export cached by one environment matches another's reference."""
+def weights(spec: ModelSpec, scale: str, seed: int, cache_dir: Path | None = None) -> Artefact:
+    """The build cache's entry of `spec`'s random weights at `scale`, drawn from `seed` (a `save_pretrained`
+    folder): made once, so that every kernel, round and run on this machine loads the same weights, and an
+    export made from them matches another kernel's reference. Keyed by the model's class and configuration,
+    the seed and the versions of torch and transformers."""
+    transformers = importlib.import_module("transformers")
+    key = {
+        "model": spec.name, "class": spec.pytorch_class, "config": spec.config_values(scale, **spec.inference_config), "seed": seed,
+        "torch": torch.__version__, "transformers": transformers.__version__,
+    }  # fmt: skip
+
+    def make(folder: Path) -> None:
+        torch.manual_seed(seed)
+        spec.transformers_class("pytorch")(spec.build_config(scale, **spec.inference_config)).save_pretrained(folder)
+
+    return artefact("weights", f"{spec.name}-{scale}", key, make, cache_dir)
+
+
+def build_reference(spec: ModelSpec, scale: str, seed: int, attn_implementation: str | None = None, cache_dir: Path | None = None) -> Any:
+    """The eager float32 PyTorch model on the CPU with `weights(spec, scale, seed)`: the same weights in every kernel."""
     use_torch()
-    overrides = dict(spec.inference_config)
-    if attn_implementation:
-        overrides["attn_implementation"] = attn_implementation
-    config = spec.build_config(scale, **overrides)
-    torch.manual_seed(seed)
+    folder = weights(spec, scale, seed, cache_dir).path
+    torch.manual_seed(seed)  # a weight the checkpoint lacked would be drawn the same in every kernel
     try:
-        model = spec.transformers_class("pytorch")(config)
+        model = spec.transformers_class("pytorch").from_pretrained(
+            folder, dtype=torch.float32, **({"attn_implementation": attn_implementation} if attn_implementation else {})
+        )
     except ValueError as exc:
         if attn_implementation and "attention" in str(exc).lower():
             raise Unsupported(f"attn_implementation {attn_implementation}: {' '.join(str(exc).split())}") from None
@@ -167,10 +186,13 @@ class PyTorchBackend:
     precision: str = "float32"
     options: PyTorchOptions = PyTorchOptions()
     seed: int = 0
+    cache_dir: Path | None = None  # the build cache (None: BENCHLIB_CACHE or the user's cache directory)
     framework: str = "pytorch"
 
     def __post_init__(self) -> None:
         use_torch()
+        if self.mode == "compile":  # inductor's own cache (compiled kernels) in the build cache, unless the user placed it
+            os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(compiler_cache("inductor", self.cache_dir)))
         self._device = torch.device(self.device)
         if self.on_gpu and (self._device.index or 0) >= torch.cuda.device_count():
             raise RuntimeError(f"device {self.device}: PyTorch sees {torch.cuda.device_count()} GPU(s) on this machine")
@@ -196,7 +218,7 @@ class PyTorchBackend:
         return None
 
     def build(self, spec: ModelSpec, scale: str) -> Built:
-        reference = build_reference(spec, scale, self.seed, self.options.attn_implementation)
+        reference = build_reference(spec, scale, self.seed, self.options.attn_implementation, self.cache_dir)
         if self.mode == "torchscript":
             reference.config.torchscript = True  # only makes the model return tuples, which the tracer needs
         if self.precision == "float32":  # traced or compiled graphs run the same module's weights

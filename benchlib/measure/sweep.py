@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,8 @@ from benchlib.measure.memory_limit import apply_memory_limit, at_memory_limit
 from benchlib.measure.probe import PROBE_WORKLOAD, run_probe
 from benchlib.measure.timing import Measurement, TimingSpec, measure, prepare_and_call_once
 from benchlib.store.environment import describe_environment, earlier_probes, write_environment
-from benchlib.store.layout import EXPORTS_DIR, results_path
+from benchlib.store.cache import Artefact, recording
+from benchlib.store.layout import results_path
 from benchlib.store.locking import environment_lock
 from benchlib.store.recovery import clear_in_flight, mark_in_flight, resolve_in_flight
 from benchlib.store.results import ResultsWriter, finished_cells, is_true, make_row, read_results, repair_results
@@ -95,7 +97,7 @@ def sweep_model(
 
     `begin(cell)` is called before a cell's model is built or measured, `emit(cell, status, ...)` when it ends.
     """
-    model, build_failure, attention = None, None, ""
+    model, build_failure, attention, built = None, None, "", {}
     for batch_size, sequence_length in shapes:
         cell = (spec.name, batch_size, sequence_length)
         if not spec.fits(sequence_length):
@@ -106,7 +108,10 @@ def sweep_model(
             begin(cell)
             if model is None and build_failure is None:
                 try:
-                    model = backend.build(spec, params.model_scale)
+                    with recording() as artefacts:
+                        start = time.perf_counter()
+                        model = backend.build(spec, params.model_scale)
+                        built = build_cost(time.perf_counter() - start, artefacts)
                     attention = backend.attn_implementation(model)
                 except Exception as exc:  # the model's cells fail, the sweep goes on
                     state, _, reason = failure(exc, params)
@@ -118,9 +123,22 @@ def sweep_model(
             state, measurement, reason = measure_cell(backend, model, spec, params, batch_size, sequence_length, meter)
             if state != status.OK:
                 backend.free()
-            emit(cell, state, measurement, reason, attn_implementation=attention)
+            emit(cell, state, measurement, reason, attn_implementation=attention, **built)
     del model
     backend.free()
+
+
+def build_cost(seconds: float, artefacts: list[Artefact]) -> dict[str, Any]:
+    """The cold-start columns of a model built in `seconds`, asking the build cache for `artefacts`:
+    `export_s`, the seconds spent making artefacts now (weights, export, quantization, conversion; 0 when
+    every one came from the cache, and then `cached` is true); `build_s`, the rest (loading, sessions,
+    compiling); `cold_export_s`, what making them took when they were made (the cold start's share)."""
+    distinct = list({artefact.path: artefact for artefact in reversed(artefacts)}.values())  # the first ask of each
+    export_s = sum(artefact.made_s for artefact in distinct if not artefact.cached)
+    return {
+        "build_s": max(seconds - export_s, 0.0), "export_s": export_s, "cold_export_s": sum(artefact.made_s for artefact in distinct),
+        "cached": all(artefact.cached for artefact in distinct) if distinct else "",
+    }  # fmt: skip
 
 
 def model_unsupported(backend: Backend, spec: ModelSpec, params: BenchmarkParams) -> str | None:
@@ -190,7 +208,7 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
 
     backend = load_backend(
         params.framework, params.mode, params.device, params.num_threads, params.num_interop_threads,
-        precision=params.precision, options=params.options, seed=params.seed, cache_dir=output_dir.parent / EXPORTS_DIR,
+        precision=params.precision, options=params.options, seed=params.seed,
     )  # fmt: skip
     meter = make_meter()
     description = describe_environment(params.model_dump(), backend.settings(), backend.versions(), versions_of(params.framework))
@@ -225,11 +243,11 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
             mark_in_flight(output_dir, {**row_of(cell), "probe_s": ""} if probing else row_of(cell))
             bar.set_postfix_str(f"{cell[0]} {cell[1]}x{cell[2]}")
 
-        def emit(cell: Cell, state: str, measurement: Measurement | None = None, reason: str = "", attn_implementation: str = "") -> None:
+        def emit(cell: Cell, state: str, measurement: Measurement | None = None, reason: str = "", **build: Any) -> None:
             interference = measurement.interference if measurement else None
             disturbed = interference.disturbed(params.max_interference) if interference else ""
             flops = analytic_flops(get_model(cell[0]), params.model_scale, cell[1], cell[2]) if measurement else ""
-            row = {**row_of(cell), "disturbed": disturbed, "attn_implementation": attn_implementation, "flops": flops}
+            row = {**row_of(cell), "disturbed": disturbed, "flops": flops, **build}
             writer.append(make_row(row, state, measurement, reason))
             clear_in_flight(output_dir)
             bar.set_postfix_str(f"{cell[0]} {cell[1]}x{cell[2]} {state}{' disturbed' if disturbed else ''}")

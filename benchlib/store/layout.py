@@ -1,7 +1,7 @@
 """The run folder's layout: the one place that names its files.
 
 ```
-<run>/                       machine_limits.json, machine_limits.<device>.ipynb, kernel.log, exports/,
+<run>/                       machine_limits.json, machine_limits.<device>.ipynb, kernel.log,
                              summary.ipynb, summary.html, tables/*.csv, figures/*.png, compare-<run>/
 <run>/<environment>/         results.csv, environment.json, benchmark.ipynb (benchmark.round<N>.ipynb),
                              kernel.log, in_flight.json, .lock, results.cutoff.txt, results.<timestamp>.csv
@@ -22,7 +22,6 @@ CUTOFF_FILE = "results.cutoff.txt"
 KERNEL_LOG = "kernel.log"
 EXECUTED_NOTEBOOK = "benchmark.ipynb"
 LIMITS_FILE = "machine_limits.json"
-EXPORTS_DIR = "exports"  # beside the environments in the run folder
 SUMMARY_NOTEBOOK = "summary.ipynb"
 SUMMARY_HTML = "summary.html"
 TABLES_DIR = "tables"

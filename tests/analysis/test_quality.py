@@ -267,3 +267,23 @@ def test_the_speed_of_one_machine_is_checked_per_host():
     assert len(warnings) == 2 and warnings[1].startswith(  # a's median over both of its environments' probes
         "Machines of one type (CPU One, 2 cores, 24 GiB, no GPU) differ in speed by 7% (median speed probe per machine: a 107.5 ms (cpu-pytorch and cpu-tensorflow); b 100.0 ms (cpu-xla))"
     )
+
+
+def test_time_to_first_result_warm_and_cold_per_environment() -> None:
+    def row(env: str, model: str, sequence: int, build: float, made: float, cached: object, state: str = "ok") -> dict:
+        return {"environment": env, "model": model, "batch_size": 1, "sequence_length": sequence, "status": state, "build_s": build,
+                "cold_export_s": made, "prepare_s": 0.5, "first_call_s": 0.25, "cached": cached}  # fmt: skip
+
+    rows = pd.DataFrame([
+        row("cpu-openvino", "gpt2", 8, 1.0, 10.0, True), row("cpu-openvino", "gpt2", 64, 9.0, 99.0, True),  # the first cell counts
+        row("cpu-openvino", "bert", 8, 2.0, 30.0, "False"), row("cpu-openvino", "ctrl", 8, 50.0, 0.0, False, state="oom"),
+        row("cpu-tensorflow", "gpt2", 8, 3.0, 0.0, ""),
+    ])  # fmt: skip
+    table = quality.time_to_first_result(rows).set_index("environment")
+    assert table.loc["cpu-openvino", "models"] == 2
+    assert table.loc["cpu-openvino", "warm_median_s"] == pytest.approx((1.75 + 2.75) / 2)
+    assert table.loc["cpu-openvino", "cold_median_s"] == pytest.approx((11.75 + 32.75) / 2)
+    assert (table.loc["cpu-openvino", "slowest_model"], table.loc["cpu-openvino", "slowest_cold_s"]) == ("bert", pytest.approx(32.75))
+    assert table.loc["cpu-openvino", "from_cache"] == "1 of 2" and table.loc["cpu-tensorflow", "from_cache"] == "0 of 1"
+    assert table.loc["cpu-tensorflow", "cold_median_s"] == pytest.approx(3.75)
+    assert quality.time_to_first_result(rows.drop(columns=["build_s"])).empty  # a run from before the build cache

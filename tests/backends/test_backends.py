@@ -16,7 +16,6 @@ from pydantic import BaseModel, ConfigDict
 from benchlib import backends, status
 from benchlib.backends import TOLERANCE, BackendInfo, BackendSettings, frameworks, is_out_of_memory, load_backend, model_class, modes, unsupported_reason
 from benchlib.backends import pytorch as pytorch_backend
-from benchlib.backends._export import MODEL_FILE
 from benchlib.config.catalogue import get_model, load_catalogue
 from benchlib.config.params import ParameterError, validate_params
 from benchlib.measure.sweep import agreement, run_environment
@@ -220,16 +219,6 @@ def test_a_backend_whose_output_disagrees_is_an_error_not_a_number(tmp_path, mon
     assert rows["status"].tolist() == [status.ERROR]
     assert rows["reason"].iloc[0].startswith("output differs from eager PyTorch float32 by ") and "int8 tolerance of -1" in rows["reason"].iloc[0]
     assert agreement(None, "float32") == (status.OK, "") and agreement(1e-4, "float32") == (status.OK, "")
-
-
-def test_the_onnx_export_is_made_once_per_model_and_shared(tmp_path):
-    run_environment(tiny_params(tmp_path, framework="onnxruntime", mode="session", environment="ort"), progress=False)
-    exports = tmp_path / "run" / "exports"
-    (folder,) = exports.iterdir()
-    written = (folder / MODEL_FILE).stat().st_mtime_ns
-    params = tiny_params(tmp_path, framework="openvino", mode="compiled", environment="ov", output_dir=str(tmp_path / "run" / "ov"))
-    assert run_environment(params, progress=False)["status"].tolist() == [status.OK]
-    assert [path.name for path in exports.iterdir()] == [folder.name] and (folder / MODEL_FILE).stat().st_mtime_ns == written
 
 
 def test_machines_without_a_compiler_or_bfloat16_get_unsupported_cells(tmp_path, monkeypatch):

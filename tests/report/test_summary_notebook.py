@@ -72,8 +72,10 @@ def test_summary_renders_html_tables_and_figures(smoke_run: Path, tmp_path: Path
     fastest = pd.read_csv(run / "tables" / "fastest.csv")
     assert len(fastest) == 20 and set(fastest["fastest"].dropna()) <= measured
     for name in ("speedups_per_model", "pytorch_vs_tensorflow", "torchscript_vs_eager", "xla_vs_function", "distilled_vs_teacher", "claims_2019", "excluded_cells", "threads",
-                 "peak_memory_mib", "fraction_of_peak", "efficiency_cells"):  # fmt: skip
+                 "peak_memory_mib", "fraction_of_peak", "efficiency_cells", "time_to_first_result"):  # fmt: skip
         assert (run / "tables" / f"{name}.csv").is_file(), name
+    first_result = pd.read_csv(run / "tables" / "time_to_first_result.csv").set_index("environment")
+    assert set(first_result.index) == measured and (first_result["cold_median_s"] >= first_result["warm_median_s"]).all()
     spreadsheet = (run / "tables" / "spreadsheet_2019_cpu-tensorflow-xla.csv").read_text().splitlines()
     assert spreadsheet[0] == ",".join(COLUMNS_2019) and len(spreadsheet) == 11
 
@@ -138,4 +140,5 @@ def test_a_run_from_before_interference_and_probes_renders_and_says_so(tmp_path:
     assert "Interference was not measured for cpu-pytorch and cpu-tensorflow" in page
     assert "No environment of these runs recorded a speed probe" in page
     assert "Average inference time per environment" in page and "Peak memory" in page
+    assert "recorded no build times (they are from before the build cache)" in page
     assert not (run / "tables" / "disturbed_cells.csv").exists() and not (run / "figures" / "speed_probe.png").exists()

@@ -1,0 +1,67 @@
+"""The backends' artefacts in the build cache: made once, loaded by every later kernel, and what building cost per row."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from benchlib import status
+from benchlib.backends import pytorch as pytorch_backend
+from benchlib.backends._export import MODEL_FILE
+from benchlib.config.catalogue import get_model
+from benchlib.measure.sweep import build_cost, run_environment
+from benchlib.store.cache import CACHE_VARIABLE, Artefact, entries, folder_bytes
+
+
+def tiny(tmp_path: Path, name: str, **values: object) -> dict:
+    return {
+        "environment": name, "models": ["bert-base-cased"], "model_scale": "tiny", "batch_sizes": [1], "sequence_lengths": [8, 16],
+        "repeat": 3, "number": 1, "remeasure": 0, "warmup_max_seconds": 0.2, "output_dir": str(tmp_path / "run" / name), **values,
+    }  # fmt: skip
+
+
+def test_cached_weights_are_the_seeded_random_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "cache"))
+    spec = get_model("gpt2")
+    torch.manual_seed(0)
+    drawn = spec.transformers_class("pytorch")(spec.build_config("tiny", **spec.inference_config)).state_dict()
+    made = pytorch_backend.build_reference(spec, "tiny", seed=0).state_dict()  # made now, then loaded
+    loaded = pytorch_backend.build_reference(spec, "tiny", seed=0).state_dict()  # loaded
+    assert made.keys() == drawn.keys() == loaded.keys()
+    assert all(torch.equal(drawn[name], made[name]) and torch.equal(made[name], loaded[name]) for name in drawn)
+    other = pytorch_backend.build_reference(spec, "tiny", seed=1).state_dict()
+    assert not torch.equal(other["wte.weight"], made["wte.weight"])
+    assert [entry.kind for entry in entries(tmp_path / "cache")] == ["weights", "weights"]
+
+
+def test_artefacts_are_made_once_and_rows_say_what_building_cost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "cache"))
+    onnxruntime = run_environment(tiny(tmp_path, "ort", framework="onnxruntime", mode="session"), progress=False)
+    [onnx] = [entry for entry in entries(tmp_path / "cache") if entry.kind == "onnx"]
+    written = (onnx.path / MODEL_FILE).stat().st_mtime_ns
+    openvino = run_environment(tiny(tmp_path, "ov", framework="openvino", mode="compiled"), progress=False)
+    again = run_environment(tiny(tmp_path, "ov-again", framework="openvino", mode="compiled"), progress=False)
+
+    for rows in (onnxruntime, openvino, again):
+        assert rows["status"].tolist() == [status.OK, status.OK], rows["reason"].tolist()
+        assert (rows["build_s"] > 0).all() and rows["build_s"].nunique() == 1  # one build per model, on each of its rows
+    # The first environment made the weights and the export; OpenVINO reused both and made its conversion; the third made nothing.
+    assert not onnxruntime["cached"].any() and (onnxruntime["export_s"] > 0).all()
+    assert not openvino["cached"].any() and (0 < openvino["export_s"]).all() and (openvino["export_s"] < openvino["cold_export_s"]).all()
+    assert again["cached"].all() and (again["export_s"] == 0).all()
+    assert again["cold_export_s"].iloc[0] == pytest.approx(openvino["cold_export_s"].iloc[0])
+    assert (onnx.path / MODEL_FILE).stat().st_mtime_ns == written
+    assert sorted(entry.kind for entry in entries(tmp_path / "cache")) == ["onnx", "openvino", "weights"]
+    assert folder_bytes(tmp_path / "run") < 2_000_000  # nothing large in the run folder
+    assert {"build_s", "export_s", "cold_export_s", "cached"} <= set(pd.read_csv(tmp_path / "run" / "ov" / "results.csv").columns)
+
+
+def test_build_cost_counts_each_artefact_once(tmp_path: Path) -> None:
+    weights, export = Artefact(tmp_path / "w", False, 2.0, "a"), Artefact(tmp_path / "o", True, 5.0, "b")
+    found_again = Artefact(tmp_path / "w", True, 2.0, "a")  # asked again after it was made
+    assert build_cost(10.0, [weights, export, found_again]) == {"build_s": 8.0, "export_s": 2.0, "cold_export_s": 7.0, "cached": False}
+    assert build_cost(1.5, [export]) == {"build_s": 1.5, "export_s": 0.0, "cold_export_s": 5.0, "cached": True}
+    assert build_cost(1.5, []) == {"build_s": 1.5, "export_s": 0.0, "cold_export_s": 0.0, "cached": ""}  # TensorFlow: nothing cached
