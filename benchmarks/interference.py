@@ -56,7 +56,7 @@ def share_disturbed(folder: Path) -> tuple[int, int, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="a new run folder")
-    parser.add_argument("--grid", default="quick")
+    parser.add_argument("--grid", default="quick-all")
     parser.add_argument("--models", default=",".join(SMALL_MODELS), help="comma-separated models (default: the five smallest)")
     parser.add_argument("--loud", default="cpu-pytorch", help="the environment measured beside a busy process")
     parser.add_argument("--quiet", default="cpu-torchscript", help="the environment measured alone")

@@ -29,11 +29,11 @@ def test_shipped_parameter_files_all_validate(tmp_path: Path) -> None:
     today = ["cpu-torch-compile", "cpu-pytorch-bf16", "cpu-pytorch-eager-attention", "cpu-onnxruntime", "cpu-onnxruntime-int8",
              "cpu-openvino", "cpu-openvino-bf16", "gpu-torch-compile", "gpu-pytorch-fp16"]  # fmt: skip
     assert environments == sorted(study + today)
-    for grid in ("quick", "article", "smoke"):
+    for grid, models in (("quick", 6), ("quick-all", 10), ("article", 10), ("smoke", 10)):
         jobs = plan_run(tmp_path, grid, environments)
         assert [job.name for job in jobs] == environments
         assert {job.params.device for job in jobs if job.name.startswith("gpu-")} == {"cuda"}
-        assert all(len(job.params.models) == 10 for job in jobs)
+        assert all(len(job.params.models) == models for job in jobs)
     article = plan_run(tmp_path, "article", ["cpu-pytorch"])[0].params
     assert (article.batch_sizes, article.sequence_lengths) == ([1, 2, 4, 8], [8, 64, 128, 256, 512, 1024])
     assert (article.repeat, article.number, article.model_scale) == (30, 3, "full")
@@ -49,6 +49,7 @@ def test_defaults_are_the_study_environments_with_torch_compile_and_onnxruntime_
     ]  # fmt: skip
     quick = yaml.safe_load((PARAMETERS_DIR / "grids" / "quick.yaml").read_text())
     assert all(job.params.models == quick["models"] and job.params.model_scale == "full" for job in jobs)
+    assert all(job.params.rounds == 2 for job in jobs)  # the default job repeats: its intervals are over processes
     assert [job.output_dir for job in jobs] == [tmp_path / "run" / name for name in names]
     stamp = default_run_dir(datetime.datetime(2025, 1, 2, 3, 4, 5))
     assert stamp == PROJECT_ROOT / "outputs" / "2025-01-02_030405"
@@ -92,7 +93,7 @@ def test_bad_parameters_are_reported_one_line_each_before_anything_runs(tmp_path
     assert main(["run", "--grid", "smoke", "--params", str(typo), "--out", str(run_dir), "--no-summary"]) == 2
     assert "repaet: unknown parameter" in capsys.readouterr().err
     assert main(["run", "--grid", "nope", "--out", str(run_dir)]) == 2
-    assert "grid 'nope' not found; available: article, quick, smoke" in capsys.readouterr().err
+    assert "grid 'nope' not found; available: article, quick, quick-all, smoke" in capsys.readouterr().err
     assert main(["run", "--params", str(tmp_path / "missing.yaml"), "--out", str(run_dir)]) == 2
     assert "missing.yaml: no such parameter file" in capsys.readouterr().err
     assert not run_dir.exists()  # nothing started

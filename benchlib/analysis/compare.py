@@ -15,6 +15,11 @@ practical threshold:
   `slower` when the 95% interval excludes no change and the geometric mean is beyond `threshold`,
   `no clear difference` otherwise, `inconclusive` when a compared cell was disturbed in either run
   (or no cell could be compared). An environment found in only one run is `not compared`.
+
+Where both runs measured an environment in two rounds or more, its threshold (for its cells and
+for itself) is raised to what the spread between processes could do alone (`variance.noise_floor`:
+the 95% half-width of a cell's change, from the median cell's spread within and between processes
+and the runs' rounds), so that two runs of one job on one quiet machine get no verdict from drift.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from matplotlib.ticker import PercentFormatter
 from scipy.stats import mannwhitneyu
 
 from benchlib import status
-from benchlib.analysis import significance
+from benchlib.analysis import significance, variance
 from benchlib.analysis.runs import NOT_MEASURED, Run, read_run
 from benchlib.analysis.significance import FASTER, SLOWER
 from benchlib.paths import display_path
@@ -57,7 +62,7 @@ CELL_COLUMNS: tuple[str, ...] = (
 )  # fmt: skip
 ENVIRONMENT_COLUMNS: tuple[str, ...] = (
     "environment", "cells_compared", "cells_not_compared", "faster_cells", "slower_cells",
-    "geomean_change", "ci95_low", "ci95_high", "interval_over", "verdict", "disturbed_cells", "why",
+    "geomean_change", "ci95_low", "ci95_high", "interval_over", "threshold", "verdict", "disturbed_cells", "why",
 )  # fmt: skip
 DIFFERENCE_COLUMNS: tuple[str, ...] = ("environment", "section", "key", "a", "b")
 PRINTED_DIFFERENCES = 10
@@ -124,10 +129,23 @@ def _mann_whitney(samples_a: list[float], samples_b: list[float]) -> float:
     return float(mannwhitneyu(samples_a, samples_b, alternative="two-sided").pvalue)
 
 
+def thresholds(run_a: Run, run_b: Run, threshold: float = DEFAULT_THRESHOLD) -> dict[str, float]:
+    """Per environment found in both runs, the smallest change that counts: `threshold`, or the change that the
+    spread between processes and the sampling could make alone where both runs measured it in two rounds or
+    more (`variance.noise_floor`), whichever is larger."""
+    found = {}
+    for env in (env for env in run_a.environments if env in run_b.environments):
+        floor = variance.noise_floor(run_a.rows[run_a.rows["environment"] == env], run_b.rows[run_b.rows["environment"] == env])
+        found[env] = max(threshold, floor) if floor is not None else threshold
+    return found
+
+
 def compare_cells(run_a: Run, run_b: Run, threshold: float = DEFAULT_THRESHOLD, alpha: float = DEFAULT_ALPHA) -> pd.DataFrame:
     """Every cell of the environments found in both runs: medians, change, p-value and verdict (`CELL_COLUMNS`,
-    plus `values_a`/`values_b` and `values_over_a`/`values_over_b`, what an environment's interval resamples)."""
+    plus `values_a`/`values_b` and `values_over_a`/`values_over_b`, what an environment's interval resamples).
+    A cell's change must clear its environment's threshold (`thresholds`)."""
     common = [env for env in run_a.environments if env in run_b.environments]
+    limit = thresholds(run_a, run_b, threshold)
     a, b = _side(run_a, common), _side(run_b, common)
     cells = a.merge(b, how="outer", left_index=True, right_index=True, suffixes=("_a", "_b")).reindex(list(dict.fromkeys([*a.index, *b.index]))).reset_index()
     cells[["status_a", "status_b"]] = cells[["status_a", "status_b"]].fillna(NOT_MEASURED)
@@ -135,7 +153,9 @@ def compare_cells(run_a: Run, run_b: Run, threshold: float = DEFAULT_THRESHOLD, 
     cells["median_a_s"], cells["median_b_s"] = cells["time_s_a"].where(compared), cells["time_s_b"].where(compared)
     cells["change"] = cells["median_b_s"] / cells["median_a_s"] - 1
     cells["p_value"] = [_mann_whitney(x, y) if ok else math.nan for x, y, ok in zip(cells["samples_a"], cells["samples_b"], compared)]
-    cells["verdict"] = [cell_verdict(c, p, threshold, alpha) if ok else NOT_COMPARED for c, p, ok in zip(cells["change"], cells["p_value"], compared)]
+    cells["verdict"] = [
+        cell_verdict(c, p, limit[env], alpha) if ok else NOT_COMPARED for env, c, p, ok in zip(cells["environment"], cells["change"], cells["p_value"], compared)
+    ]
     hits = cells[["disturbed_a", "disturbed_b"]].fillna(False).astype(bool)
     cells["disturbed"] = [", ".join(run for run, hit in (("A", x), ("B", y)) if hit) for x, y in zip(hits["disturbed_a"], hits["disturbed_b"])]
     cells["why"] = [_why(*values) for values in zip(cells["status_a"], cells["reason_a"], cells["status_b"], cells["reason_b"])]
@@ -148,7 +168,8 @@ def compare_cells(run_a: Run, run_b: Run, threshold: float = DEFAULT_THRESHOLD, 
 
 
 def _environment_record(environment: str, cells: pd.DataFrame, threshold: float) -> dict[str, Any]:
-    """One environment's geometric mean change over its compared cells, with its interval and verdict."""
+    """One environment's geometric mean change over its compared cells, with its interval and its verdict against
+    `threshold` (the environment's, from `thresholds`)."""
     compared = cells[cells["verdict"] != NOT_COMPARED]
     rounds = not compared.empty and (compared["values_over_a"] == "rounds").all() and (compared["values_over_b"] == "rounds").all()
     estimate = significance.ratio_interval(list(compared["values_a"]), list(compared["values_b"]), over="rounds" if rounds else "samples")
@@ -157,7 +178,7 @@ def _environment_record(environment: str, cells: pd.DataFrame, threshold: float)
         "environment": environment, "cells_compared": len(compared), "cells_not_compared": len(cells) - len(compared),
         "faster_cells": int((compared["verdict"] == FASTER).sum()), "slower_cells": int((compared["verdict"] == SLOWER).sum()),
         "geomean_change": estimate.ratio - 1, "ci95_low": estimate.low - 1, "ci95_high": estimate.high - 1,
-        "interval_over": estimate.over, "verdict": significance.verdict(estimate, threshold, disturbed=len(disturbed)),
+        "interval_over": estimate.over, "threshold": threshold, "verdict": significance.verdict(estimate, threshold, disturbed=len(disturbed)),
         "disturbed_cells": "; ".join(disturbed), "why": _environment_why(len(compared), len(disturbed)),
     }  # fmt: skip
 
@@ -172,10 +193,10 @@ def _environment_why(compared: int, disturbed: int) -> str:
 def compare_environments(cells: pd.DataFrame, run_a: Run, run_b: Run, threshold: float = DEFAULT_THRESHOLD) -> pd.DataFrame:
     """Per environment of either run (`ENVIRONMENT_COLUMNS`): the change over its cells (from `compare_cells`) and its
     verdict; an environment found in only one run is `not compared`."""
-    records = []
+    records, limit = [], thresholds(run_a, run_b, threshold)
     for environment in dict.fromkeys([*run_a.environments, *run_b.environments]):
         if environment in run_a.environments and environment in run_b.environments:
-            records.append(_environment_record(environment, cells[cells["environment"] == environment], threshold))
+            records.append(_environment_record(environment, cells[cells["environment"] == environment], limit[environment]))
         else:
             only = "A" if environment in run_a.environments else "B"
             records.append({"environment": environment, "verdict": NOT_COMPARED, "why": f"only in run {only}"})
@@ -298,8 +319,12 @@ def summary_lines(comparison: RunComparison) -> list[str]:
     for row in itertools.chain.from_iterable(envs[envs["verdict"] == verdict].itertuples() for verdict in (SLOWER, FASTER)):
         lines.append(
             f"{row.verdict}: {row.environment} {_percent(row.geomean_change)} (95% interval {_percent(row.ci95_low)} to "
-            f"{_percent(row.ci95_high)}; of {row.cells_compared} cells {row.slower_cells} slower, {row.faster_cells} faster)"
+            f"{_percent(row.ci95_high)}; of {row.cells_compared} cells {row.slower_cells} slower, {row.faster_cells} faster; "
+            f"threshold {row.threshold:.1%})"
         )
+    raised = envs[envs["threshold"].astype(float) > comparison.threshold]
+    if len(raised):
+        lines.append("threshold raised to the spread between processes: " + ", ".join(f"{r.environment} {r.threshold:.1%}" for r in raised.itertuples()))
     for verdict, group in envs[~envs["verdict"].isin([SLOWER, FASTER])].groupby("verdict", sort=False):
         lines.append(f"{verdict}: " + ", ".join(f"{e} ({w})" if w else e for e, w in zip(group["environment"], group["why"].fillna(""))))
     not_compared = int((cells["verdict"] == NOT_COMPARED).sum())

@@ -46,12 +46,14 @@ def collapse_rounds(rows: pd.DataFrame) -> pd.DataFrame:
     those rounds and `round_spread_pct` is their range over `time_s` (%); `values` are what an
     interval resamples: the per-round medians with two rounds or more (`values_over` "rounds"),
     else the one round's raw samples ("samples"); `samples` are the raw samples of every `ok` round,
-    pooled (what a rank test compares); `disturbed` is true when any kept round was.
+    pooled (what a rank test compares), `round_samples` each `ok` round's samples (`analysis.variance`);
+    `disturbed` is true when any kept round was.
     The status is `ok` when any round is, else that of the last round.
     """
     if rows.empty:
         return rows.assign(time_s=pd.Series(dtype=float), rounds=pd.Series(dtype=int), round_spread_pct=pd.Series(dtype=float),
-                           values=pd.Series(dtype=object), values_over=pd.Series(dtype=str), samples=pd.Series(dtype=object))  # fmt: skip
+                           values=pd.Series(dtype=object), values_over=pd.Series(dtype=str), samples=pd.Series(dtype=object),
+                           round_samples=pd.Series(dtype=object))  # fmt: skip
     rows = rows.assign(_ok=rows["status"] == status.OK, _disturbed=is_true(rows["disturbed"]) if "disturbed" in rows else False)
     # A round's time: its median per call (its mean in files that hold no median).
     rows["_round_s"] = pd.to_numeric(rows["median_s"], errors="coerce").fillna(pd.to_numeric(rows["mean_s"], errors="coerce"))
@@ -67,7 +69,7 @@ def collapse_rounds(rows: pd.DataFrame) -> pd.DataFrame:
             "round_spread_pct": (max(medians) - min(medians)) / time_s * 100 if many else math.nan,
             "values": medians if many else (list(first["samples_s"]) or [time_s]) if medians else [],
             "values_over": "rounds" if many else "samples", "disturbed": bool(cell.loc[cell["_ok"], "_disturbed"].any()),
-            "samples": list(itertools.chain.from_iterable(ok["samples_s"])),
+            "samples": list(itertools.chain.from_iterable(ok["samples_s"])), "round_samples": [list(samples) for samples in ok["samples_s"]],
         })  # fmt: skip
     return pd.DataFrame(records).drop(columns=["_ok", "_disturbed", "_round_s"])
 
