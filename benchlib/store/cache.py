@@ -118,7 +118,8 @@ def _found(folder: Path) -> Artefact | None:
     entry = _read_entry(folder)
     if entry is None:
         return None
-    os.utime(folder / ENTRY_FILE)  # last used: what `clear --older-than` goes by
+    with contextlib.suppress(OSError):  # a cache shared read-only is still used
+        os.utime(folder / ENTRY_FILE)  # last used: what `clear --older-than` goes by
     return Artefact(folder, True, float(entry.get("made_s", 0.0)), folder.name.rpartition("-")[2])
 
 

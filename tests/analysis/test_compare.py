@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import json
 import re
 
 import numpy as np
@@ -13,8 +15,10 @@ from benchlib import run_environment
 from benchlib.analysis import compare
 from benchlib.cli import main
 from benchlib.measure.timing import Measurement
+from benchlib.paths import PROJECT_ROOT
 from benchlib.store.environment import write_json
 from benchlib.store.results import ResultsWriter, make_row
+from tests.report.test_summary_notebook import OLD_COLUMNS
 
 CELLS = [("bert-base-cased", 1, 8), ("bert-base-cased", 1, 64), ("gpt2", 1, 8)]
 ENVIRONMENT = {"framework": "pytorch", "mode": "eager", "device": "cpu", "model_scale": "full"}
@@ -214,3 +218,18 @@ def test_two_real_smoke_runs(tmp_path, capsys):
     assert set(cells.verdict) <= {"faster", "slower", "no change"} and cells.n_samples_a.tolist() == [5] and 0 < cells.p_value[0] <= 1
     assert pd.read_csv(out / "environments.csv").verdict.isin(["faster", "slower", "no clear difference", "inconclusive"]).all()
     assert (out / "compare.html").is_file() and "report:" in capsys.readouterr().out
+
+
+def test_runs_from_before_the_build_cache_and_rounds_still_compare(tmp_path) -> None:
+    """results.csv files with the columns of an early version (no rounds, attempts, build times): compared as before."""
+    for name in ("a", "b"):
+        source, target = PROJECT_ROOT / "outputs" / "reference" / "cpu-pytorch", tmp_path / name / "cpu-pytorch"
+        target.mkdir(parents=True)
+        with open(source / "results.csv", newline="") as old, open(target / "results.csv", "w", newline="") as new:
+            writer = csv.DictWriter(new, fieldnames=OLD_COLUMNS, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(csv.DictReader(old))
+        (target / "environment.json").write_text(json.dumps(json.loads((source / "environment.json").read_text())))
+    comparison = compare.compare_runs(tmp_path / "a", tmp_path / "b")
+    env = comparison.environments.iloc[0]
+    assert env.verdict == "no clear difference" and env.geomean_change == 0 and env.threshold == compare.DEFAULT_THRESHOLD
