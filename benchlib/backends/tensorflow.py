@@ -11,10 +11,12 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchlib.backends import BackendInfo, lazy_import, register
-from benchlib.machine import usable_cores
+from benchlib.machine import package_version, usable_cores
+from benchlib.store.cache import compiler_cache
 
 if TYPE_CHECKING:  # the catalogue sits above the backends: they are handed its entries
     from benchlib.config.catalogue import ModelSpec
@@ -31,6 +33,16 @@ def tf_device_name(device: str) -> str:
     return f"/CPU:{index}" if kind == "cpu" else f"/GPU:{index}"
 
 
+def use_xla_cache(cache_dir: Path | None = None) -> None:
+    """XLA's persistent compilation cache in the build cache (one folder per TensorFlow version), unless
+    TF_XLA_FLAGS already names one: a later kernel loads what an earlier one compiled for the same graph
+    (a third off XLA's first call). Effective before TensorFlow is imported."""
+    flags = os.environ.get("TF_XLA_FLAGS", "")
+    if "tf_xla_persistent_cache_directory" not in flags:
+        folder = compiler_cache("xla", cache_dir) / (package_version("tensorflow") or "unknown")
+        os.environ["TF_XLA_FLAGS"] = f"{flags} --tf_xla_persistent_cache_directory={folder}".strip()
+
+
 @dataclass
 class TensorFlowBackend:
     """Runs catalogue models with TensorFlow."""
@@ -39,11 +51,14 @@ class TensorFlowBackend:
     device: str = "cpu"
     num_threads: int | None = None
     num_interop_threads: int | None = None
+    cache_dir: Path | None = None  # the build cache (None: BENCHLIB_CACHE or the user's cache directory)
     framework: str = "tensorflow"
 
     def __post_init__(self) -> None:
         # One framework per kernel: transformers must not import PyTorch beside TensorFlow.
         os.environ.update(USE_TORCH="0", USE_TF="1")
+        if self.mode == "xla":
+            use_xla_cache(self.cache_dir)
         self._device = tf_device_name(self.device)
         if self.num_threads:
             set_thread_pool("intra", self.num_threads)

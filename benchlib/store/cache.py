@@ -34,8 +34,8 @@ CACHE_VARIABLE = "BENCHLIB_CACHE"
 ENTRY_FILE = "entry.json"
 PARTIAL = ".partial-"  # prefix of an entry being made
 LOCK_SUFFIX = ".lock"
-# Folders the compilers fill themselves (torch.compile's inductor): listed and cleared whole.
-COMPILER_CACHES: tuple[str, ...] = ("inductor",)
+# Folders the compilers fill themselves (torch.compile's inductor, XLA's persistent cache): listed and cleared whole.
+COMPILER_CACHES: tuple[str, ...] = ("inductor", "xla")
 
 
 def cache_root() -> Path:

@@ -14,6 +14,7 @@ from benchlib.backends._export import MODEL_FILE
 from benchlib.config.catalogue import get_model
 from benchlib.measure.sweep import build_cost, run_environment
 from benchlib.store.cache import CACHE_VARIABLE, Artefact, entries, folder_bytes
+from tests.frameworks import run_python
 
 
 def tiny(tmp_path: Path, name: str, **values: object) -> dict:
@@ -65,3 +66,25 @@ def test_build_cost_counts_each_artefact_once(tmp_path: Path) -> None:
     assert build_cost(10.0, [weights, export, found_again]) == {"build_s": 8.0, "export_s": 2.0, "cold_export_s": 7.0, "cached": False}
     assert build_cost(1.5, [export]) == {"build_s": 1.5, "export_s": 0.0, "cold_export_s": 5.0, "cached": True}
     assert build_cost(1.5, []) == {"build_s": 1.5, "export_s": 0.0, "cold_export_s": 0.0, "cached": ""}  # TensorFlow: nothing cached
+
+
+@pytest.mark.e2e
+def test_xla_keeps_what_it_compiled_in_the_build_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "cache"))
+    code = """
+        import json, os
+        from benchlib.backends import load_backend
+        from benchlib.config.catalogue import get_model
+        backend = load_backend("tensorflow", "xla")
+        spec = get_model("bert-base-cased")
+        model = backend.build(spec, "tiny")
+        with backend.inference_context():
+            backend.prepare(model, backend.make_inputs(spec.vocab_size("tiny"), 1, 8, seed=0))()
+        print(json.dumps(os.environ["TF_XLA_FLAGS"]))
+    """
+    flags = run_python(code)
+    assert f"--tf_xla_persistent_cache_directory={tmp_path / 'cache' / 'xla'}" in flags
+    compiled = {path: path.stat().st_mtime_ns for path in (tmp_path / "cache" / "xla").rglob("*.pb")}
+    assert compiled and [entry.kind for entry in entries(tmp_path / "cache")] == ["xla"]
+    assert run_python(code) == flags  # a second kernel: it loads what the first compiled, and writes nothing
+    assert {path: path.stat().st_mtime_ns for path in (tmp_path / "cache" / "xla").rglob("*.pb")} == compiled
