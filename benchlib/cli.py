@@ -149,11 +149,11 @@ def command_summary(args: argparse.Namespace) -> int:
 
 def size_text(count: float) -> str:
     """Bytes as people read them: 512 B, 3.4 MB, 6.5 GB."""
-    for unit in ("B", "kB", "MB", "GB"):
-        if count < 1000 or unit == "GB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+    for unit in ("B", "kB", "MB"):
+        if count < 1000:
+            return f"{count:.0f} B" if unit == "B" else f"{count:.1f} {unit}"
         count /= 1000
-    return ""  # not reached
+    return f"{count:.1f} GB"
 
 
 def age_text(seconds: float) -> str:

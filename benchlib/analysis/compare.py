@@ -140,12 +140,11 @@ def thresholds(run_a: Run, run_b: Run, threshold: float = DEFAULT_THRESHOLD) -> 
     return found
 
 
-def compare_cells(run_a: Run, run_b: Run, threshold: float = DEFAULT_THRESHOLD, alpha: float = DEFAULT_ALPHA) -> pd.DataFrame:
+def compare_cells(run_a: Run, run_b: Run, limits: dict[str, float], alpha: float = DEFAULT_ALPHA) -> pd.DataFrame:
     """Every cell of the environments found in both runs: medians, change, p-value and verdict (`CELL_COLUMNS`,
     plus `values_a`/`values_b` and `values_over_a`/`values_over_b`, what an environment's interval resamples).
-    A cell's change must clear its environment's threshold (`thresholds`)."""
+    A cell's change must clear its environment's threshold (`limits`, from `thresholds`)."""
     common = [env for env in run_a.environments if env in run_b.environments]
-    limit = thresholds(run_a, run_b, threshold)
     a, b = _side(run_a, common), _side(run_b, common)
     cells = a.merge(b, how="outer", left_index=True, right_index=True, suffixes=("_a", "_b")).reindex(list(dict.fromkeys([*a.index, *b.index]))).reset_index()
     cells[["status_a", "status_b"]] = cells[["status_a", "status_b"]].fillna(NOT_MEASURED)
@@ -154,7 +153,7 @@ def compare_cells(run_a: Run, run_b: Run, threshold: float = DEFAULT_THRESHOLD, 
     cells["change"] = cells["median_b_s"] / cells["median_a_s"] - 1
     cells["p_value"] = [_mann_whitney(x, y) if ok else math.nan for x, y, ok in zip(cells["samples_a"], cells["samples_b"], compared)]
     cells["verdict"] = [
-        cell_verdict(c, p, limit[env], alpha) if ok else NOT_COMPARED for env, c, p, ok in zip(cells["environment"], cells["change"], cells["p_value"], compared)
+        cell_verdict(c, p, limits[env], alpha) if ok else NOT_COMPARED for env, c, p, ok in zip(cells["environment"], cells["change"], cells["p_value"], compared)
     ]
     hits = cells[["disturbed_a", "disturbed_b"]].fillna(False).astype(bool)
     cells["disturbed"] = [", ".join(run for run, hit in (("A", x), ("B", y)) if hit) for x, y in zip(hits["disturbed_a"], hits["disturbed_b"])]
@@ -190,13 +189,13 @@ def _environment_why(compared: int, disturbed: int) -> str:
     return f"{disturbed} of its {compared} compared cells were disturbed" if disturbed else ""
 
 
-def compare_environments(cells: pd.DataFrame, run_a: Run, run_b: Run, threshold: float = DEFAULT_THRESHOLD) -> pd.DataFrame:
+def compare_environments(cells: pd.DataFrame, run_a: Run, run_b: Run, limits: dict[str, float]) -> pd.DataFrame:
     """Per environment of either run (`ENVIRONMENT_COLUMNS`): the change over its cells (from `compare_cells`) and its
     verdict; an environment found in only one run is `not compared`."""
-    records, limit = [], thresholds(run_a, run_b, threshold)
+    records = []
     for environment in dict.fromkeys([*run_a.environments, *run_b.environments]):
         if environment in run_a.environments and environment in run_b.environments:
-            records.append(_environment_record(environment, cells[cells["environment"] == environment], limit[environment]))
+            records.append(_environment_record(environment, cells[cells["environment"] == environment], limits[environment]))
         else:
             only = "A" if environment in run_a.environments else "B"
             records.append({"environment": environment, "verdict": NOT_COMPARED, "why": f"only in run {only}"})
@@ -238,8 +237,9 @@ def compare_runs(run_a: str | os.PathLike[str], run_b: str | os.PathLike[str], t
     a, b = _read_run(run_a), _read_run(run_b)
     if not set(a.environments) & set(b.environments):
         raise CompareError(f"no environment in common: A has {', '.join(a.environments)}; B has {', '.join(b.environments)}")
-    cells = compare_cells(a, b, threshold, alpha)
-    return RunComparison(a, b, cells, compare_environments(cells, a, b, threshold), environment_differences(a, b), threshold, alpha)
+    limits = thresholds(a, b, threshold)
+    cells = compare_cells(a, b, limits, alpha)
+    return RunComparison(a, b, cells, compare_environments(cells, a, b, limits), environment_differences(a, b), threshold, alpha)
 
 
 def change_plot(environments: pd.DataFrame, threshold: float) -> Figure:

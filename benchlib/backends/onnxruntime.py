@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 from benchlib.backends import BackendInfo, lazy_import, register
 from benchlib.backends._export import MODEL_FILE, Exported, ExportedBackend
 from benchlib.backends.pytorch import build_reference
-from benchlib.store.cache import Artefact, artefact, folder_bytes
+from benchlib.store.cache import Artefact, artefact, find, folder_bytes
 
 if TYPE_CHECKING:  # the catalogue sits above the backends: they are handed its entries
     from benchlib.config.catalogue import ModelSpec
@@ -27,6 +27,7 @@ ort = lazy_import("onnxruntime")
 GRAPH_OPTIMIZATION = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
 PROTOBUF_LIMIT = 2**31  # an ONNX file over 2 GiB keeps its weights in external files
 INT8_FILE = "model.int8.onnx"
+INT8_KIND = "onnx-int8"
 
 
 class OnnxRuntimeOptions(BaseModel):
@@ -37,10 +38,14 @@ class OnnxRuntimeOptions(BaseModel):
     graph_optimization: Literal["disabled", "basic", "extended", "all"] = "all"
 
 
+def int8_key(onnx: Artefact) -> dict[str, str]:
+    """What the int8 copy of the export `onnx` is keyed by: the export, ONNX Runtime's version, the method."""
+    return {"onnx": onnx.digest, "onnxruntime": ort.__version__, "weights": "QInt8", "method": "quantize_dynamic"}
+
+
 def quantized(onnx: Artefact, cache_dir: Path | None) -> Artefact:
     """The build cache's int8 copy of the export `onnx`: dynamic quantization (int8 weights, activations
     quantized per call), once per export and ONNX Runtime version."""
-    key = {"onnx": onnx.digest, "onnxruntime": ort.__version__, "weights": "QInt8", "method": "quantize_dynamic"}
 
     def make(folder: Path) -> None:
         from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -48,7 +53,7 @@ def quantized(onnx: Artefact, cache_dir: Path | None) -> Artefact:
         large = folder_bytes(onnx.path) > PROTOBUF_LIMIT // 2
         quantize_dynamic(onnx.path / MODEL_FILE, folder / INT8_FILE, weight_type=QuantType.QInt8, use_external_data_format=large)
 
-    return artefact("onnx-int8", onnx.path.name.rsplit("-", 1)[0], key, make, cache_dir)
+    return artefact(INT8_KIND, onnx.label, int8_key(onnx), make, cache_dir)
 
 
 @dataclass
@@ -72,10 +77,13 @@ class OnnxRuntimeBackend(ExportedBackend):
         reference, onnx = self.export(spec, scale)
         path = onnx.path / MODEL_FILE
         if self.precision == "int8":
-            del reference  # quantizing holds the model twice: never beside the PyTorch reference as well (CTRL: 3 x 6.5 GB)
-            gc.collect()
-            path = quantized(onnx, self.cache_dir).path / INT8_FILE
-            reference = build_reference(spec, scale, self.seed, cache_dir=self.cache_dir)
+            int8 = find(INT8_KIND, onnx.label, int8_key(onnx), self.cache_dir)
+            if int8 is None:
+                del reference  # quantizing holds the model twice: never beside the PyTorch reference as well (CTRL: 3 x 6.5 GB)
+                gc.collect()
+                int8 = quantized(onnx, self.cache_dir)
+                reference = build_reference(spec, scale, self.seed, cache_dir=self.cache_dir)
+            path = int8.path / INT8_FILE
         session = ort.InferenceSession(str(path), self._session_options, providers=["CPUExecutionProvider"])
         return Exported(session, reference, path)
 

@@ -55,7 +55,7 @@ def converted(onnx: Artefact, cache_dir: Path | None) -> Artefact:
     def make(folder: Path) -> None:
         ov.save_model(ov.convert_model(str(onnx.path / MODEL_FILE)), str(folder / IR_FILE), compress_to_fp16=False)
 
-    return artefact("openvino", onnx.path.name.rsplit("-", 1)[0], key, make, cache_dir)
+    return artefact("openvino", onnx.label, key, make, cache_dir)
 
 
 @dataclass

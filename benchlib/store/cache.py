@@ -58,10 +58,17 @@ def digest(key: dict[str, Any]) -> str:
 class Artefact:
     """An entry of the cache, as a build asked for it."""
 
-    path: Path  # the entry's folder
+    path: Path  # the entry's folder, <label>-<digest>
     cached: bool  # True: found made; False: made now
     made_s: float  # seconds making it took (now, or when it was made)
-    digest: str
+
+    @property
+    def label(self) -> str:
+        return self.path.name.rpartition("-")[0]
+
+    @property
+    def digest(self) -> str:
+        return self.path.name.rpartition("-")[2]
 
 
 _RECORD: ContextVar[list[Artefact] | None] = ContextVar("benchlib_cache_record", default=None)
@@ -97,20 +104,34 @@ def _read_entry(folder: Path) -> dict[str, Any] | None:
         return None
 
 
-def artefact(kind: str, label: str, key: dict[str, Any], make: Callable[[Path], None], root: Path | None = None) -> Artefact:
-    """The entry of `kind` for `key`, made by `make(folder)` (which writes the artefact's files into `folder`)
-    unless it is in the cache already. `label` names the entry for people (model and scale)."""
-    root = cache_root() if root is None else root
-    name = f"{label}-{digest(key)}"
-    folder = root / kind / name
-    found = _found(folder)
-    if found is None:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        with _locked(folder.parent / f".{name}{LOCK_SUFFIX}"):
-            found = _found(folder) or _make(folder, kind, key, make)
+def _folder(kind: str, label: str, key: dict[str, Any], root: Path | None) -> Path:
+    """Where the entry of `kind` for `key` lives."""
+    return (cache_root() if root is None else root) / kind / f"{label}-{digest(key)}"
+
+
+def _recorded(found: Artefact) -> Artefact:
+    """`found`, appended to the list of the `recording` in force, if any."""
     if (record := _RECORD.get()) is not None:
         record.append(found)
     return found
+
+
+def find(kind: str, label: str, key: dict[str, Any], root: Path | None = None) -> Artefact | None:
+    """The entry of `kind` for `key` when it is in the cache (recorded as `artefact` records it), else None."""
+    found = _found(_folder(kind, label, key, root))
+    return _recorded(found) if found else None
+
+
+def artefact(kind: str, label: str, key: dict[str, Any], make: Callable[[Path], None], root: Path | None = None) -> Artefact:
+    """The entry of `kind` for `key`, made by `make(folder)` (which writes the artefact's files into `folder`)
+    unless it is in the cache already. `label` names the entry for people (model and scale)."""
+    folder = _folder(kind, label, key, root)
+    found = _found(folder)
+    if found is None:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with _locked(folder.parent / f".{folder.name}{LOCK_SUFFIX}"):
+            found = _found(folder) or _make(folder, kind, key, make)
+    return _recorded(found)
 
 
 def _found(folder: Path) -> Artefact | None:
@@ -120,7 +141,7 @@ def _found(folder: Path) -> Artefact | None:
         return None
     with contextlib.suppress(OSError):  # a cache shared read-only is still used
         os.utime(folder / ENTRY_FILE)  # last used: what `clear --older-than` goes by
-    return Artefact(folder, True, float(entry.get("made_s", 0.0)), folder.name.rpartition("-")[2])
+    return Artefact(folder, True, float(entry.get("made_s", 0.0)))
 
 
 def _make(folder: Path, kind: str, key: dict[str, Any], make: Callable[[Path], None]) -> Artefact:
@@ -138,7 +159,7 @@ def _make(folder: Path, kind: str, key: dict[str, Any], make: Callable[[Path], N
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
-    return Artefact(folder, False, made_s, folder.name.rpartition("-")[2])
+    return Artefact(folder, False, made_s)
 
 
 @dataclass(frozen=True)

@@ -61,8 +61,8 @@ def test_artefacts_are_made_once_and_rows_say_what_building_cost(tmp_path: Path,
 
 
 def test_build_cost_counts_each_artefact_once(tmp_path: Path) -> None:
-    weights, export = Artefact(tmp_path / "w", False, 2.0, "a"), Artefact(tmp_path / "o", True, 5.0, "b")
-    found_again = Artefact(tmp_path / "w", True, 2.0, "a")  # asked again after it was made
+    weights, export = Artefact(tmp_path / "w-a", False, 2.0), Artefact(tmp_path / "o-b", True, 5.0)
+    found_again = Artefact(tmp_path / "w-a", True, 2.0)  # asked again after it was made
     assert build_cost(10.0, [weights, export, found_again]) == {"build_s": 8.0, "export_s": 2.0, "cold_export_s": 7.0, "cached": False}
     assert build_cost(1.5, [export]) == {"build_s": 1.5, "export_s": 0.0, "cold_export_s": 5.0, "cached": True}
     assert build_cost(1.5, []) == {"build_s": 1.5, "export_s": 0.0, "cold_export_s": 0.0, "cached": ""}  # TensorFlow: nothing cached
@@ -88,3 +88,12 @@ def test_xla_keeps_what_it_compiled_in_the_build_cache(tmp_path: Path, monkeypat
     assert compiled and [entry.kind for entry in entries(tmp_path / "cache")] == ["xla"]
     assert run_python(code) == flags  # a second kernel: it loads what the first compiled, and writes nothing
     assert {path: path.stat().st_mtime_ns for path in (tmp_path / "cache" / "xla").rglob("*.pb")} == compiled
+
+
+def test_int8_found_in_the_cache_is_loaded_beside_its_reference(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "cache"))
+    made = run_environment(tiny(tmp_path, "int8", framework="onnxruntime", mode="session", precision="int8"), progress=False)
+    found = run_environment(tiny(tmp_path, "int8-again", framework="onnxruntime", mode="session", precision="int8"), progress=False)
+    assert set(made["status"]) == set(found["status"]) == {status.OK}
+    assert not made["cached"].any() and found["cached"].all() and (found["export_s"] == 0).all()
+    assert sorted(entry.kind for entry in entries(tmp_path / "cache")) == ["onnx", "onnx-int8", "weights"]
