@@ -39,6 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="a set of parameters/sets.yaml (default, study, today, ...; all: every environment for this machine's devices), "
         "or comma-separated environment names in parameters/environments/ and .yaml paths (default: default)",
     )
+    run.add_argument(
+        "--models", metavar="A,B,...",
+        help="the models to measure instead of the grid's: catalogue names, folders holding a transformers checkpoint, or Hugging Face Hub ids",
+    )  # fmt: skip
+    run.add_argument("--online", action="store_true", help="fetch Hub ids missing from the local Hugging Face cache (offline: false); kernels stay offline")
     run.add_argument("--params", action="append", default=[], metavar="FILE", help="a .yaml file of parameter values set over the grid's and the environment's; repeatable, later files win")
     run.add_argument("--out", type=Path, help="the run folder (default: outputs/<timestamp>); a rerun on the same folder measures only the missing cells")
     run.add_argument("--force", action="store_true", help="measure every cell again; earlier results are kept as results.<timestamp>.csv")
@@ -107,8 +112,15 @@ def command_run(args: argparse.Namespace) -> int:
         except ClusterError as error:
             print(error, file=sys.stderr)
             return USAGE_ERROR
+    overrides = {"offline": (False, "--online")} if args.online else {}
+    if args.models is not None:
+        models = [name.strip() for name in args.models.split(",") if name.strip()]
+        if not models:
+            print("--models: give at least one model", file=sys.stderr)
+            return USAGE_ERROR
+        overrides["models"] = (models, "--models")
     try:
-        jobs = plan_run(run_dir, args.grid, environments, args.params)
+        jobs = plan_run(run_dir, args.grid, environments, args.params, overrides)
     except ParameterError as error:
         print(error, file=sys.stderr)
         return USAGE_ERROR

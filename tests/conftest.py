@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from benchlib.backends.pytorch import use_torch
 from benchlib.config.jobs import available
-from benchlib.paths import PROJECT_ROOT
+from benchlib.paths import PARAMETERS_DIR, PROJECT_ROOT
 from benchlib.store.cache import CACHE_VARIABLE
 
 use_torch()  # this process runs PyTorch only: transformers must not import TensorFlow here (TensorFlow runs in subprocesses)
@@ -97,17 +98,37 @@ def run_cli() -> RunCli:
 
 
 @pytest.fixture(scope="session")
-def smoke_run(tmp_path_factory: pytest.TempPathFactory, network_blocked: NetworkBlock) -> Path:
-    """The run folder of `python -m benchlib run --grid smoke` over every CPU environment (no summary),
-    with the network blocked (`network_blocked`).
+def user_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Checkpoint folders as a user brings them (tests/checkpoints.py): a Llama-architecture causal LM and a BERT with a
+    fill-mask head, each with its tokenizer."""
+    from tests.checkpoints import save_bert, save_llama
+
+    folder = tmp_path_factory.mktemp("user-models")
+    return {"llama": save_llama(folder / "llama"), "bert": save_bert(folder / "bert", task="fill-mask")}
+
+
+@pytest.fixture(scope="session")
+def smoke_models(user_models: dict[str, Path]) -> list[str]:
+    """The smoke run's models: the smoke grid's (every catalogue entry) and the `user_models` folders."""
+    grid = yaml.safe_load((PARAMETERS_DIR / "grids" / "smoke.yaml").read_text(encoding="utf-8"))
+    return [*grid["models"], *(str(path) for path in user_models.values())]
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory: pytest.TempPathFactory, network_blocked: NetworkBlock, smoke_models: list[str]) -> Path:
+    """The run folder of `python -m benchlib run --grid smoke --models ... --params text.yaml` over every CPU environment
+    (no summary): the smoke grid's models and `user_models`, text inputs where a model has a tokenizer, with the network
+    blocked (`network_blocked`).
 
     Made once per test session (a few minutes): each environment is the benchmark notebook
     executed by papermill in its own kernel. Tests must not change it; copy it first.
     """
     run_dir = tmp_path_factory.mktemp("smoke-run")
+    text = tmp_path_factory.mktemp("smoke-params") / "text.yaml"
+    text.write_text("inputs: text\n", encoding="utf-8")
     completed = _run_cli(
-        "run", "--grid", "smoke", "--environments", ",".join(CPU_ENVIRONMENTS),
-        "--out", str(run_dir), "--no-summary", "--quiet", env=network_blocked.env,
+        "run", "--grid", "smoke", "--environments", ",".join(CPU_ENVIRONMENTS), "--models", ",".join(smoke_models),
+        "--params", str(text), "--out", str(run_dir), "--no-summary", "--quiet", env=network_blocked.env,
     )  # fmt: skip
     assert completed.returncode == 0, f"smoke run failed:\n{completed.stdout}\n{completed.stderr}"
     return run_dir

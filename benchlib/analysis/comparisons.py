@@ -139,8 +139,9 @@ PAIRED_COLUMNS: tuple[str, ...] = (
     "device", "machine", "base_environment", "other_environment", *CELL_KEY, "shape",
     "base_status", "other_status", "base_s", "other_s", "paired", "ratio", "base_values", "other_values",
     "base_disturbed", "other_disturbed", "base_values_over", "other_values_over", "base_max_abs_diff", "other_max_abs_diff",
+    "base_agreement", "other_agreement", "base_weights", "other_weights",
 )  # fmt: skip
-_SIDE_COLUMNS = ("status", "values", "disturbed", "values_over", "max_abs_diff")
+_SIDE_COLUMNS = ("status", "values", "disturbed", "values_over", "max_abs_diff", "agreement", "weights")
 Pairs = Callable[[pd.DataFrame], Iterable[tuple[str, str]]]
 
 

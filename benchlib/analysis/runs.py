@@ -124,7 +124,8 @@ def default_run_dirs(outputs: str | os.PathLike[str] | None = None) -> list[Path
 
 def prepare(rows: pd.DataFrame) -> pd.DataFrame:
     """`rows` ready for the tables: `device_type` (cpu, cuda) and `machine` filled in where missing, `precision`
-    float32 where missing or blank, `options` "" (the backend's defaults) where missing, `max_abs_diff` a number (NaN where not compared), sizes as integers, and each
+    float32 where missing or blank, `options` "" (the backend's defaults) where missing, `max_abs_diff` and `agreement` numbers
+    (NaN where not compared), `weights` random where missing, sizes as integers, and each
     cell's `time_s`, `values` and `disturbed` (from `collapse_rounds`, or from the row itself)."""
     rows = rows.copy()
     if "machine" not in rows:
@@ -134,6 +135,9 @@ def prepare(rows: pd.DataFrame) -> pd.DataFrame:
     options = rows["options"] if "options" in rows else [None] * len(rows)
     rows["options"] = [o if isinstance(o, str) else "" for o in options]
     rows["max_abs_diff"] = pd.to_numeric(rows["max_abs_diff"], errors="coerce") if "max_abs_diff" in rows else math.nan
+    rows["agreement"] = pd.to_numeric(rows["agreement"], errors="coerce") if "agreement" in rows else math.nan
+    weights = rows["weights"] if "weights" in rows else [None] * len(rows)
+    rows["weights"] = [w if isinstance(w, str) and w else "random" for w in weights]  # files from before weights: the catalogue's
     rows["device_type"] = [str(d).split(":")[0] for d in rows["device"]]
     rows["mean_s"] = pd.to_numeric(rows["mean_s"], errors="coerce")
     if "time_s" not in rows:  # rows not loaded through `collapse_rounds` (hand-made ones)

@@ -29,13 +29,14 @@ from benchlib.analysis.comparisons import (
 )  # fmt: skip
 from benchlib.analysis.runs import GROUP, environments, prepare, shape_name
 from benchlib.store.results import CELL_KEY
+from benchlib.workloads.agreement import AGREEMENT_BAR
 
 BASELINE_NAME = "eager PyTorch float32"
 NO_RUNNER_UP = "no runner-up"  # the verdict of a cell that is ok in one environment only
 NONE_OK = "none ok"  # the verdict of a cell that is ok in no environment
 SPEEDUP_COLUMNS: tuple[str, ...] = (
     "device", "machine", "baseline", "environment", "framework", "mode", "precision",
-    "cells", "cells_excluded", "speedup", *INTERVAL_COLUMNS, "max_abs_diff",
+    "cells", "cells_excluded", "speedup", *INTERVAL_COLUMNS, "max_abs_diff", "agreement", "weights",
 )  # fmt: skip
 FASTEST_COLUMNS: tuple[str, ...] = (
     "device", "machine", *CELL_KEY, "environments", "fastest", "time_s", "runner_up", "runner_up_s", "margin",
@@ -65,16 +66,20 @@ def _inverted_interval(estimate: significance.RatioEstimate, disturbed: list[str
 def _speedup(cells: pd.DataFrame) -> dict[str, Any]:
     """The speed-up of one environment's cells (rows of `baseline_cells`) over the baseline, with its interval."""
     paired = cells[cells["paired"]]
-    record = {"cells": len(paired), "cells_excluded": len(cells) - len(paired), "max_abs_diff": cells["other_max_abs_diff"].max()}
+    record = {
+        "cells": len(paired), "cells_excluded": len(cells) - len(paired), "max_abs_diff": cells["other_max_abs_diff"].max(),
+        "agreement": cells["other_agreement"].min(), "weights": ", ".join(sorted(set(paired["other_weights"].dropna()))),
+    }  # fmt: skip
     if (cells["base_environment"] == cells["other_environment"]).all():
-        return {**record, "speedup": 1.0 if len(paired) else math.nan, "verdict": BASELINE_VERDICT, "disturbed_cells": ""}
+        return {**record, "agreement": 1.0, "speedup": 1.0 if len(paired) else math.nan, "verdict": BASELINE_VERDICT, "disturbed_cells": ""}
     return {**record, "speedup": 1 / geometric_mean(paired["ratio"]), **_inverted_interval(*paired_estimate(paired))}
 
 
 def speedups(rows: pd.DataFrame, per_model: bool = False) -> pd.DataFrame:
     """Every environment's speed-up over eager PyTorch float32 on its device and machine (per model with `per_model`),
     fastest first: cells ok in both, the others, the speed-up with its interval and verdict, the disturbed cells it
-    rests on, and the environment's largest `max_abs_diff`. A device and machine without the baseline has no rows."""
+    rests on, the environment's largest `max_abs_diff` and lowest `agreement` (the baseline's is 1; blank where not
+    compared), and the models' `weights`. A device and machine without the baseline has no rows."""
     rows = prepare(rows)
     keys = ["device", "machine", "base_environment", "other_environment", *(["model"] if per_model else [])]
     records = [{**dict(zip(keys, key)), **_speedup(cells)} for key, cells in baseline_cells(rows).groupby(keys, sort=False)]
@@ -140,6 +145,25 @@ def _overall_sentence(where: str, table: pd.DataFrame) -> str:
     sentence = f"{where}, the fastest environment overall is {top['environment']} ({_describe(top)}): {_times(top['speedup'])} as fast as {base} ({interval})."
     if pd.notna(top["max_abs_diff"]):
         sentence += f" Its outputs differ from {BASELINE_NAME}'s by at most {top['max_abs_diff']:.2g}."
+    return sentence
+
+
+def _agreeing_sentence(table: pd.DataFrame) -> str | None:
+    """The fastest environment of one device and machine (`speedups` rows, fastest first) whose agreement with the baseline
+    is at least AGREEMENT_BAR in every cell, the faster ones below it, and, where any weights were random, what that
+    agreement says. None where no environment but the baseline was compared."""
+    compared = table[(table["cells"] > 0) & table["agreement"].notna()]
+    if (compared["verdict"] != BASELINE_VERDICT).sum() == 0:
+        return None
+    top = compared[compared["agreement"] >= AGREEMENT_BAR].iloc[0]
+    below = compared[(compared["agreement"] < AGREEMENT_BAR) & (compared["speedup"] > top["speedup"])]
+    faster = ", ".join(f"{row.environment} ({_times(row.speedup)}, agreement {row.agreement:.3f})" for row in below.itertuples())
+    sentence = (
+        f"The fastest environment whose agreement with {BASELINE_NAME} is at least {AGREEMENT_BAR:.0%} in every cell is "
+        f"{top['environment']} ({_times(top['speedup'])})" + (f"; faster but below that bar: {faster}." if faster else ".")
+    )
+    if "random" in " ".join(compared["weights"]):
+        sentence += " Agreement on random weights says how far an environment's numbers move, not how accurate its answers are: measure the model's real weights for that."
     return sentence
 
 
@@ -211,6 +235,8 @@ def findings(rows: pd.DataFrame, speedup: pd.DataFrame, model_speedup: pd.DataFr
         table, per_model, cells = (frame[(frame["device"] == device) & (frame["machine"] == machine)] for frame in (speedup, model_speedup, fastest_cells))
         if not table.empty:
             sentences.append(_overall_sentence(f"On {device} ({machine})", table))
+            if agreeing := _agreeing_sentence(table):
+                sentences.append(agreeing)
         if (per_model["cells"] > 0).any() and (per_model["verdict"] != BASELINE_VERDICT).any():
             sentences.append(_per_model_sentence(per_model))
         if (cells["fastest"] != "").any():

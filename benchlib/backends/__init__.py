@@ -38,12 +38,15 @@ from benchlib.machine import package_version, usable_cores
 from benchlib.status import Unsupported
 
 if TYPE_CHECKING:  # the catalogue sits above the backends: they are handed its entries
+    import numpy as np
+
     from benchlib.config.catalogue import ModelSpec
 
 PRECISIONS: tuple[str, ...] = ("float32", "bfloat16", "float16", "int8")
 # The largest absolute difference from eager PyTorch float32's output that a backend's output may
-# have, per precision; beyond it the cell is an `error`. Outputs are hidden states after a layer
-# norm (values of order 1), so these are loose enough for rounding and tight enough for a wrong graph.
+# have, per precision, relative to the output's scale (its largest absolute value, at least 1); beyond
+# it the cell is an `error`. Hidden states after a layer norm have values of order 1 and logits larger,
+# so these are loose enough for rounding and tight enough for a wrong graph.
 TOLERANCE: dict[str, float] = {"float32": 1e-3, "float16": 0.25, "bfloat16": 0.5, "int8": 1.0}
 
 
@@ -201,10 +204,10 @@ class Backend(Protocol):
         """Why this backend cannot run on this machine (no C++ compiler, no bfloat16 instructions), or None."""
 
     def build(self, spec: ModelSpec, scale: str) -> Any:
-        """Build the model with random weights, ready for inference (raise `status.Unsupported` where it cannot)."""
+        """Build the model with its weights (`pytorch.weights`), ready for inference (raise `status.Unsupported` where it cannot)."""
 
-    def make_inputs(self, vocab_size: int, batch_size: int, sequence_length: int, seed: int) -> Any:
-        """Seeded random token ids of shape (batch, sequence) on the device."""
+    def as_inputs(self, ids: np.ndarray) -> Any:
+        """Token ids of shape (batch, sequence) as this backend takes them, on its device."""
 
     def prepare(self, model: Any, inputs: Any) -> Callable[[], Any]:
         """A no-argument call that runs one inference (traced or compiled for this shape if the mode says so).
@@ -212,9 +215,9 @@ class Backend(Protocol):
         Calls are made inside `inference_context()`, so that the timed call carries no set-up.
         """
 
-    def max_abs_diff(self, model: Any, inputs: Any, output: Any) -> float | None:
-        """The largest absolute difference of `output` from eager PyTorch float32's output on `inputs`,
-        or None where the backend is that reference or cannot be compared with it (other weights)."""
+    def reference_output(self, model: Any, inputs: Any) -> np.ndarray | None:
+        """Eager PyTorch float32's output on `inputs` (of the same weights and head), which this backend's output is
+        compared with, or None where the backend is that reference or cannot be compared with it (other weights)."""
 
     def attn_implementation(self, model: Any) -> str:
         """The attention implementation the built model uses (`eager`, `sdpa`, ...)."""
@@ -258,13 +261,13 @@ class UnavailableBackend:
     def build(self, spec: ModelSpec, scale: str) -> Any:
         raise Unsupported(self.reason)
 
-    def make_inputs(self, vocab_size: int, batch_size: int, sequence_length: int, seed: int) -> Any:
+    def as_inputs(self, ids: np.ndarray) -> Any:
         raise Unsupported(self.reason)
 
     def prepare(self, model: Any, inputs: Any) -> Callable[[], Any]:
         raise Unsupported(self.reason)
 
-    def max_abs_diff(self, model: Any, inputs: Any, output: Any) -> float | None:
+    def reference_output(self, model: Any, inputs: Any) -> np.ndarray | None:
         return None
 
     def attn_implementation(self, model: Any) -> str:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from benchlib.backends import lazy_import
-from benchlib.backends.pytorch import build_reference, difference, reference_output, traceable_masks, use_torch, weights
+from benchlib.backends.pytorch import build_reference, first_output, reference_output, traceable_masks, use_torch, weights, weights_key
 from benchlib.machine import package_version
 from benchlib.store.cache import Artefact, artefact
 
@@ -28,22 +28,47 @@ ONNX_OPSET = 17
 MODEL_FILE = "model.onnx"
 
 
-def onnx_export(reference: Any, made_from: Artefact, label: str, cache_dir: Path | None) -> Artefact:
-    """The build cache's ONNX export of `reference` (eager float32, loaded from the weights entry `made_from`),
+def onnx_export(reference: Any, made_from: Artefact, label: str, cache_dir: Path | None, output: str = "last_hidden_state") -> Artefact:
+    """The build cache's ONNX export of `reference` (eager float32 with its head, loaded from the weights `made_from`),
     with dynamic batch and sequence axes: `torch.onnx.export(..., dynamo=False)` under `traceable_masks`,
-    once per weights, opset and exporter versions. A model over 2 GB keeps its weights in files beside it."""
-    key = {"weights": made_from.digest, "opset": ONNX_OPSET, "torch": torch.__version__, "onnx": package_version("onnx")}
+    once per weights, class, opset and exporter versions; `output` names its output. A model over 2 GB keeps its
+    weights in files beside it."""
+    key = {
+        "weights": weights_key(made_from), "class": type(reference).__name__, "graph": "input_ids -> first output", "opset": ONNX_OPSET,
+        "torch": torch.__version__, "onnx": package_version("onnx"),
+    }  # fmt: skip
 
     def make(folder: Path) -> None:
         ids = torch.zeros((1, 8), dtype=torch.long)
         with torch.no_grad(), traceable_masks(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # tracer and deprecation warnings: the graph is checked by the output's difference
             torch.onnx.export(
-                reference, (ids,), str(folder / MODEL_FILE), input_names=["input_ids"], output_names=["last_hidden_state"],
+                ids_only(reference), (ids,), str(folder / MODEL_FILE), input_names=["input_ids"], output_names=[output],
                 dynamic_axes={"input_ids": {0: "batch", 1: "sequence"}}, opset_version=ONNX_OPSET, dynamo=False,
             )  # fmt: skip
 
     return artefact("onnx", label, key, make, cache_dir)
+
+
+def ids_only(model: Any) -> Any:
+    """`model` as a module called with its token ids alone, by keyword, that returns its first output: the exported graph
+    has one input and one output, and none of the forward's other arguments (a decoder's `logits_to_keep`) is recorded
+    as an input. (A class made here: defining it at import would import PyTorch into every kernel.)"""
+
+    class IdsOnly(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids: Any) -> Any:
+            return first_output(self.model(input_ids=input_ids))
+
+    return IdsOnly().eval()  # export restores the mode it found: train mode would be left on the model (dropout)
+
+
+def output_name(task: str) -> str:
+    """The name of the exported graph's output for `task`: the bare model's last hidden state, or a head's logits."""
+    return "last_hidden_state" if task == "feature-extraction" else "logits"
 
 
 @dataclass
@@ -76,15 +101,13 @@ class ExportedBackend:
         use_torch()
         made_from = weights(spec, scale, self.seed, self.cache_dir)
         reference = build_reference(spec, scale, self.seed, cache_dir=self.cache_dir)
-        return reference, onnx_export(reference, made_from, f"{spec.name}-{scale}", self.cache_dir)
+        return reference, onnx_export(reference, made_from, spec.cache_label(scale), self.cache_dir, output_name(spec.task))
 
-    def make_inputs(self, vocab_size: int, batch_size: int, sequence_length: int, seed: int) -> np.ndarray:
-        # The same ids as the PyTorch backend draws for this cell.
-        generator = torch.Generator().manual_seed(seed)
-        return torch.randint(0, vocab_size, (batch_size, sequence_length), generator=generator).numpy()
+    def as_inputs(self, ids: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(ids, dtype=np.int64)
 
-    def max_abs_diff(self, built: Exported, inputs: np.ndarray, output: Any) -> float:
-        return difference(output, reference_output(built.reference, inputs))
+    def reference_output(self, built: Exported, inputs: np.ndarray) -> np.ndarray:
+        return reference_output(built.reference, inputs)
 
     def attn_implementation(self, built: Exported) -> str:
         return str(getattr(built.config, "_attn_implementation", None) or "eager")

@@ -1,9 +1,9 @@
 """PyTorch: eager (`model.eval()` under `torch.inference_mode()`), TorchScript (`torch.jit.trace` per shape)
 and `torch.compile` (inductor, compiled per shape); float32, or the model cast to bfloat16 or float16.
 
-A model's random weights are made once per machine (`weights`, in the build cache) and loaded by every
-kernel. The other backends that start from a PyTorch model (ONNX Runtime, OpenVINO) use `weights`,
-`build_reference`, `reference_output` and `traceable_masks` from here.
+A model's random weights are made once per machine (`weights`, in the build cache; a pretrained checkpoint is its own
+folder) and loaded by every kernel. The other backends that start from a PyTorch model (ONNX Runtime, OpenVINO, and
+TensorFlow for its weights) use `weights`, `build_reference`, `reference_output` and `traceable_masks` from here.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from benchlib.backends import BackendInfo, lazy_import, register
-from benchlib.machine import bfloat16_cpu_reason, cpu_flags
-from benchlib.store.cache import Artefact, artefact, compiler_cache
+from benchlib.machine import bfloat16_cpu_reason, cpu_flags, package_version
+from benchlib.store.cache import ENTRY_FILE, Artefact, artefact, compiler_cache, digest
 
 if TYPE_CHECKING:  # the catalogue sits above the backends: they are handed its entries
     from benchlib.config.catalogue import ModelSpec
@@ -85,21 +85,32 @@ def traceable_masks() -> Iterator[None]:
 
 
 def weights(spec: ModelSpec, scale: str, seed: int, cache_dir: Path | None = None) -> Artefact:
-    """The build cache's entry of `spec`'s random weights at `scale`, drawn from `seed` (a `save_pretrained`
-    folder): made once, so that every kernel, round and run on this machine loads the same weights, and an
-    export made from them matches another kernel's reference. Keyed by the model's class and configuration,
-    the seed and the versions of torch and transformers."""
-    transformers = importlib.import_module("transformers")
+    """The weights every kernel loads `spec` from: a pretrained checkpoint's own folder, or else the build cache's entry of
+    its seeded random weights at `scale` (a `save_pretrained` folder), made once, so that every kernel, round and run on
+    this machine loads the same weights and an export made from them matches another kernel's reference. The random
+    weights are keyed by the model's class and configuration, the seed and the versions of torch and transformers."""
+    if spec.weights == "pretrained" and spec.source:
+        return Artefact(Path(spec.source), cached=True, made_s=0.0)
     key = {
         "model": spec.name, "class": spec.pytorch_class, "config": spec.config_values(scale, **spec.inference_config), "seed": seed,
-        "torch": torch.__version__, "transformers": transformers.__version__,
+        "torch": package_version("torch"), "transformers": package_version("transformers"),
     }  # fmt: skip
 
     def make(folder: Path) -> None:
+        use_torch()
         torch.manual_seed(seed)
-        spec.transformers_class("pytorch")(spec.build_config(scale, **spec.inference_config)).save_pretrained(folder)
+        spec.instantiate("pytorch", spec.build_config(scale, **spec.inference_config)).save_pretrained(folder)
 
-    return artefact("weights", f"{spec.name}-{scale}", key, make, cache_dir)
+    return artefact("weights", spec.cache_label(scale), key, make, cache_dir)
+
+
+def weights_key(made_from: Artefact) -> str:
+    """What identifies the weights in `made_from` for an artefact made from them: the build cache entry's digest, or for a
+    checkpoint's own folder a digest of its path and of the names, sizes and times of its files."""
+    if made_from.path.parent.name == "weights" and (made_from.path / ENTRY_FILE).is_file():
+        return made_from.digest
+    files = sorted((item.name, item.stat().st_size, item.stat().st_mtime_ns) for item in made_from.path.iterdir() if item.is_file())
+    return digest({"folder": str(made_from.path), "files": files})
 
 
 def build_reference(spec: ModelSpec, scale: str, seed: int, attn_implementation: str | None = None, cache_dir: Path | None = None) -> Any:
@@ -107,10 +118,12 @@ def build_reference(spec: ModelSpec, scale: str, seed: int, attn_implementation:
     use_torch()
     folder = weights(spec, scale, seed, cache_dir).path
     torch.manual_seed(seed)  # a weight the checkpoint lacked would be drawn the same in every kernel
+    config = spec.build_config(scale, **spec.inference_config) if spec.source else None  # the overrides, over config.json's values
     try:
         model = spec.transformers_class("pytorch").from_pretrained(
-            folder, dtype=torch.float32, **({"attn_implementation": attn_implementation} if attn_implementation else {})
-        )
+            folder, dtype=torch.float32, trust_remote_code=spec.trust_remote_code, **({"config": config} if config is not None else {}),
+            **({"attn_implementation": attn_implementation} if attn_implementation else {}),
+        )  # fmt: skip
     except ValueError as exc:
         if attn_implementation and "attention" in str(exc).lower():
             raise Unsupported(f"attn_implementation {attn_implementation}: {' '.join(str(exc).split())}") from None
@@ -119,9 +132,12 @@ def build_reference(spec: ModelSpec, scale: str, seed: int, attn_implementation:
 
 
 def first_output(output: Any) -> Any:
-    """The first tensor of a model's output (the last hidden state), whatever wraps it."""
-    while isinstance(output, (tuple, list)) or hasattr(output, "to_tuple"):
-        output = output.to_tuple()[0] if hasattr(output, "to_tuple") else output[0]
+    """The first tensor of a model's output (the last hidden state, or a head's logits), whatever wraps it."""
+    while isinstance(output, (tuple, list, dict)) or hasattr(output, "to_tuple"):
+        if hasattr(output, "to_tuple"):
+            output = output.to_tuple()[0]
+        else:
+            output = next(iter(output.values())) if isinstance(output, dict) else output[0]
     return output
 
 
@@ -134,19 +150,11 @@ def as_array(output: Any) -> np.ndarray:
 
 
 def reference_output(reference: Any, input_ids: Any) -> np.ndarray:
-    """Eager PyTorch float32's first output for `input_ids` (a tensor or an array)."""
+    """Eager PyTorch float32's first output (the last hidden state, or the head's logits) for `input_ids` (a tensor or an array)."""
     device = next(reference.parameters()).device
     ids = torch.as_tensor(np.asarray(input_ids.cpu() if hasattr(input_ids, "cpu") else input_ids), dtype=torch.long, device=device)
     with torch.inference_mode():
         return as_array(reference(ids))
-
-
-def difference(output: Any, reference: np.ndarray) -> float:
-    """The largest absolute difference between a backend's output and the reference's."""
-    value = as_array(output)
-    if value.shape != reference.shape:
-        raise ValueError(f"output of shape {value.shape} where eager PyTorch float32 gives {reference.shape}")
-    return float(np.max(np.abs(value - reference))) if value.size else 0.0
 
 
 def bfloat16_unsupported(flags: set[str] | None = None) -> str | None:
@@ -227,10 +235,8 @@ class PyTorchBackend:
         model = copy.deepcopy(reference).to(device=self._device, dtype=getattr(torch, DTYPES[self.precision]))
         return Built(model, reference)
 
-    def make_inputs(self, vocab_size: int, batch_size: int, sequence_length: int, seed: int) -> Any:
-        generator = torch.Generator().manual_seed(seed)
-        ids = torch.randint(0, vocab_size, (batch_size, sequence_length), generator=generator)
-        return ids.to(self._device)
+    def as_inputs(self, ids: np.ndarray) -> Any:
+        return torch.from_numpy(ids).to(self._device)
 
     def prepare(self, built: Built, inputs: Any) -> Callable[[], Any]:
         model = built.model
@@ -238,7 +244,9 @@ class PyTorchBackend:
             # The tracer warns about every Python branch it fixes for this shape: tracing per shape is the point.
             with torch.inference_mode(), traceable_masks(), warnings.catch_warnings():
                 warnings.simplefilter("ignore", torch.jit.TracerWarning)
-                target = torch.jit.trace(model, inputs, check_trace=False)
+                # strict=False: transformers 4.57's Llama-style models return a dict even with torchscript=True (their
+                # check_model_inputs reads return_dict), which the tracer refuses unless told that the dict's keys are fixed.
+                target = torch.jit.trace(model, inputs, check_trace=False, strict=False)
         elif self.mode == "compile":
             torch._dynamo.reset()  # compiled per shape, from scratch: no earlier shape's graphs or recompile limits
             target = torch.compile(model, mode=self.options.compile_mode, dynamic=False)
@@ -251,10 +259,8 @@ class PyTorchBackend:
 
         return call
 
-    def max_abs_diff(self, built: Built, inputs: Any, output: Any) -> float | None:
-        if built.reference is None:
-            return None
-        return difference(output, reference_output(built.reference, inputs))
+    def reference_output(self, built: Built, inputs: Any) -> np.ndarray | None:
+        return None if built.reference is None else reference_output(built.reference, inputs)
 
     def attn_implementation(self, built: Built) -> str:
         return str(getattr(built.config, "_attn_implementation", None) or "eager")

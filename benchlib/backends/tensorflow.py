@@ -1,5 +1,8 @@
 """TensorFlow: the model called inside `tf.function` (mode `function`) or `tf.function(jit_compile=True)` (mode `xla`).
 
+The model loads the same weights as every PyTorch-derived environment (`pytorch.weights`: its safetensors are read
+without PyTorch), so that its output is compared with eager PyTorch float32's, which a worker process computes
+(`_reference.PyTorchWorker`). A model that PyTorch cannot build gets TensorFlow's own random weights, uncompared.
 `TF_USE_LEGACY_KERAS=1` (set by `benchlib` on import) makes transformers' TF models run on tf-keras.
 """
 
@@ -14,9 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from benchlib.backends import BackendInfo, lazy_import, register
+from benchlib.backends._reference import PyTorchWorker
 from benchlib.machine import package_version, usable_cores
-from benchlib.store.cache import compiler_cache
+from benchlib.status import Unsupported
+from benchlib.store.cache import compiler_cache, record
 
 if TYPE_CHECKING:  # the catalogue sits above the backends: they are handed its entries
     from benchlib.config.catalogue import ModelSpec
@@ -44,6 +51,19 @@ def use_xla_cache(cache_dir: Path | None = None) -> None:
 
 
 @dataclass
+class Built:
+    """A built TensorFlow model, and what its reference output is computed from: (spec, scale) when it has the shared
+    weights, None when it has TensorFlow's own."""
+
+    model: Any
+    reference: tuple[ModelSpec, str] | None
+
+    @property
+    def config(self) -> Any:
+        return self.model.config
+
+
+@dataclass
 class TensorFlowBackend:
     """Runs catalogue models with TensorFlow."""
 
@@ -51,10 +71,12 @@ class TensorFlowBackend:
     device: str = "cpu"
     num_threads: int | None = None
     num_interop_threads: int | None = None
+    seed: int = 0
     cache_dir: Path | None = None  # the build cache (None: BENCHLIB_CACHE or the user's cache directory)
     framework: str = "tensorflow"
 
     def __post_init__(self) -> None:
+        self._worker = PyTorchWorker()
         # One framework per kernel: transformers must not import PyTorch beside TensorFlow.
         os.environ.update(USE_TORCH="0", USE_TF="1")
         if self.mode == "xla":
@@ -78,19 +100,31 @@ class TensorFlowBackend:
     def unsupported(self) -> str | None:
         return None
 
-    def build(self, spec: ModelSpec, scale: str) -> Any:
+    def build(self, spec: ModelSpec, scale: str) -> Built:
         config = spec.build_config(scale, **spec.inference_config)
-        with tf.device(self._device):
-            model = spec.transformers_class("tensorflow")(config)
-            model(model.dummy_inputs, training=False)  # creates the weights
-        return model
+        try:
+            spec.transformers_class("tensorflow")
+        except AttributeError as exc:
+            raise Unsupported(str(exc)) from None
+        shared = spec.unsupported_for(("pytorch",)) is None
+        try:
+            with tf.device(self._device):
+                model = spec.instantiate("tensorflow", config)
+                model(model.dummy_inputs, training=False)  # creates the weights
+                if shared:
+                    load_pytorch_weights(model, record(self._worker.weights(spec, scale, self.seed, self.cache_dir)).path)
+        except ValueError as exc:
+            if "Unrecognized configuration class" in str(exc):  # the Auto class has no TensorFlow model for this architecture
+                raise Unsupported(f"transformers has no TensorFlow {type(config).__name__.removesuffix('Config')} model for {spec.task}") from None
+            raise
+        return Built(model, (spec, scale) if shared else None)
 
-    def make_inputs(self, vocab_size: int, batch_size: int, sequence_length: int, seed: int) -> tf.Tensor:
-        generator = tf.random.Generator.from_seed(seed)
+    def as_inputs(self, ids: np.ndarray) -> tf.Tensor:
         with tf.device(self._device):
-            return generator.uniform((batch_size, sequence_length), 0, vocab_size, dtype=tf.int32)
+            return tf.constant(ids, dtype=tf.int32)
 
-    def prepare(self, model: Any, inputs: tf.Tensor) -> Callable[[], Any]:
+    def prepare(self, built: Built, inputs: tf.Tensor) -> Callable[[], Any]:
+        model = built.model
         function = tf.function(lambda ids: model(ids, training=False), jit_compile=self.mode == "xla")
         function.get_concrete_function(inputs)  # traces the graph now (XLA compiles it at the first call)
 
@@ -99,14 +133,17 @@ class TensorFlowBackend:
 
         return call
 
-    def max_abs_diff(self, model: Any, inputs: Any, output: Any) -> None:
-        return None  # TensorFlow draws its own random weights: its output is not comparable with PyTorch's
+    def reference_output(self, built: Built, inputs: tf.Tensor) -> np.ndarray | None:
+        if built.reference is None:
+            return None  # TensorFlow's own random weights: not comparable with PyTorch's
+        spec, scale = built.reference
+        return self._worker.output(spec, scale, self.seed, self.cache_dir, inputs.numpy())
 
     def inference_context(self) -> contextlib.AbstractContextManager[Any]:
         """The device scope, entered once around a cell rather than in every timed call."""
         return tf.device(self._device)
 
-    def attn_implementation(self, model: Any) -> str:
+    def attn_implementation(self, built: Built) -> str:
         return "eager"  # transformers' TensorFlow models write attention out as matrix multiplies
 
     def sync(self, output: Any) -> None:
@@ -140,6 +177,22 @@ class TensorFlowBackend:
             "cuda": str(build.get("cuda_version")),
             "cudnn": str(build.get("cudnn_version")),
         }
+
+
+def load_pytorch_weights(model: Any, folder: Path) -> None:
+    """Set a built TensorFlow model's weights to the PyTorch weights in `folder`'s safetensors files, read with numpy (no
+    PyTorch) and converted by transformers' own loader. (Its `from_pretrained` iterates over the safetensors archive,
+    which safetensors 0.8 no longer allows.)"""
+    from safetensors.numpy import load_file
+    from transformers.modeling_tf_pytorch_utils import load_pytorch_state_dict_in_tf2_model
+
+    try:
+        state = {name: array for file in sorted(folder.glob("*.safetensors")) for name, array in load_file(file).items()}
+    except (TypeError, ValueError) as exc:  # e.g. bfloat16 weights, which numpy has no type for
+        raise Unsupported(f"TensorFlow reads PyTorch weights through numpy, which cannot read these: {' '.join(str(exc).split())}") from None
+    if not state:
+        raise Unsupported(f"TensorFlow reads PyTorch weights from safetensors files, and {folder} has none")
+    load_pytorch_state_dict_in_tf2_model(model, state, tf_inputs=False, allow_missing_keys=True)
 
 
 def default_intra_op_threads() -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -14,12 +15,14 @@ MODEL_SCALES: tuple[str, ...] = ("full", "tiny")
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """One catalogue entry: how to build a checkpoint's architecture in either framework."""
+    """One model: how to build its architecture in either framework. A catalogue entry is built from the configuration
+    values shipped in models.yaml; a user's model (`source`: a checkpoint's folder, see config/models.py) from its
+    config.json, with its own weights or random ones."""
 
     name: str
     config_class: str
     pytorch_class: str
-    tensorflow_class: str
+    tensorflow_class: str | None
     max_sequence_length: int | None
     published_parameters: int | None
     config: dict[str, Any]
@@ -27,6 +30,10 @@ class ModelSpec:
     inference_config: dict[str, Any] = field(default_factory=dict)
     unsupported: dict[str, str] = field(default_factory=dict)
     family: str | None = None  # the FLOP formulas' family in data/flops.yaml
+    task: str = "feature-extraction"  # the head whose output is timed and compared (config/models.py: TASKS)
+    source: str | None = None  # a user's model: the folder of its checkpoint (config.json, weights, tokenizer)
+    weights: str = "random"  # "random" (seeded) or "pretrained" (the checkpoint's own, from `source`)
+    trust_remote_code: bool = False  # the checkpoint's own Python may run (the user said so)
 
     def fits(self, sequence_length: int) -> bool:
         """Whether the study measures this sequence length for this model."""
@@ -37,12 +44,16 @@ class ModelSpec:
         says which keys apply to an environment), or None when it has none of them."""
         return next((self.unsupported[key] for key in keys if key in self.unsupported), None)
 
+    def cache_label(self, scale: str) -> str:
+        """The model's name at `scale` as a build cache entry's label (a folder name: no path separators)."""
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", self.name).strip("_.") + f"-{scale}"
+
     def config_values(self, scale: str = "full", **overrides: Any) -> dict[str, Any]:
         """The configuration values at `scale` ("full" or "tiny"), with `overrides` on top."""
         if scale not in MODEL_SCALES:
             raise ValueError(f"model_scale must be one of {', '.join(MODEL_SCALES)}, not {scale!r}")
         values = dict(self.config)
-        if scale == "tiny":
+        if scale == "tiny":  # a user's model has one size: its own
             values.update(self.tiny)
         values.update(overrides)
         return values
@@ -51,14 +62,26 @@ class ModelSpec:
         """A `transformers` configuration object for this model (imports transformers)."""
         import transformers
 
+        if self.source:
+            return transformers.AutoConfig.from_pretrained(self.source, trust_remote_code=self.trust_remote_code, **overrides)
         return getattr(transformers, self.config_class)(**self.config_values(scale, **overrides))
+
+    def instantiate(self, kind: str, config: Any) -> Any:
+        """A model of kind `kind` ("pytorch" or "tensorflow") with fresh weights, made from `config`."""
+        model_class = self.transformers_class(kind)
+        if model_class.__name__.removeprefix("TF").startswith("Auto"):
+            return model_class.from_config(config, trust_remote_code=self.trust_remote_code)
+        return model_class(config)
 
     def transformers_class(self, kind: str) -> Any:
         """The `transformers` model class of kind `kind` ("pytorch" or "tensorflow": the entry's
         pytorch_class or tensorflow_class; imports transformers)."""
         import transformers
 
-        return getattr(transformers, getattr(self, f"{kind}_class"))
+        name = getattr(self, f"{kind}_class")
+        if name is None:
+            raise AttributeError(f"transformers {transformers.__version__} has no {kind} class for {self.name}")
+        return getattr(transformers, name)
 
     def vocab_size(self, scale: str = "full") -> int:
         """Size of the vocabulary at `scale`: token ids are drawn below it."""

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from benchlib.config.catalogue import load_catalogue
 from benchlib.config.params import BenchmarkParams, ParameterError, format_validation_error
 from benchlib.machine import gpus
 from benchlib.paths import OUTPUTS_DIR, PARAMETERS_DIR
@@ -127,15 +128,27 @@ def merge_parameters(files: Iterable[Path]) -> tuple[dict[str, Any], dict[str, P
     return merged, origin
 
 
-def make_job(run_dir: Path, grid_file: Path, env_file: Path, extra_files: Sequence[Path] = ()) -> EnvironmentJob:
-    """The job of one environment file, its parameters merged as papermill's `-f` would; output_dir is `<run_dir>/<environment>`."""
+def is_relative_folder(model: Any) -> bool:
+    """Whether `model` names a folder relative to the current one (and no catalogue entry)."""
+    return isinstance(model, str) and model not in load_catalogue() and not Path(model).is_absolute() and Path(model).is_dir()
+
+
+def make_job(
+    run_dir: Path, grid_file: Path, env_file: Path, extra_files: Sequence[Path] = (), overrides: dict[str, tuple[Any, str]] | None = None,
+) -> EnvironmentJob:  # fmt: skip
+    """The job of one environment file, its parameters merged as papermill's `-f` would, then `overrides` (name: (value,
+    the option that set it), e.g. `--models`); output_dir is `<run_dir>/<environment>`."""
     sources = (grid_file, env_file, *extra_files)
     values, origin = merge_parameters(sources)
+    for name, (value, option) in (overrides or {}).items():
+        values[name], origin[name] = value, Path(option)
     name = str(values.setdefault("environment", env_file.stem))
     if not re.fullmatch(ENVIRONMENT_NAME, name):
         source = origin.get("environment", env_file)
         raise ParameterError(f"{source}: environment: {name!r} must start with a letter or digit and hold only letters, digits, '.', '_' or '-' (it names a folder)")
     values["output_dir"] = str(run_dir / name)
+    if isinstance(values.get("models"), list):  # a folder given relative to here is found by kernels that run elsewhere
+        values["models"] = [str(Path(m).absolute()) if is_relative_folder(m) else m for m in values["models"]]
     try:
         return EnvironmentJob(name, BenchmarkParams(**values), sources)
     except ValidationError as error:
@@ -161,8 +174,10 @@ def plan_run(
     grid: str | Path = DEFAULT_GRID,
     environments: Sequence[str | Path] = DEFAULT_ENVIRONMENTS,
     params_files: Sequence[str | Path] = (),
+    overrides: dict[str, tuple[Any, str]] | None = None,
 ) -> list[EnvironmentJob]:
-    """The validated jobs of a run, in order; ParameterError lists every problem found (one line each)."""
+    """The validated jobs of a run, in order, with `overrides` (name: (value, the option that set it)) over every file;
+    ParameterError lists every problem found (one line each)."""
     run_dir = run_dir.absolute()  # the kernel works in the notebook's folder
     problems: list[str] = [problem] if (problem := unwritable(run_dir)) else []
 
@@ -180,7 +195,7 @@ def plan_run(
     if grid_file and len(extra_files) == len(params_files):
         for env_file in env_files:
             try:
-                jobs.append(make_job(run_dir, grid_file, env_file, extra_files))
+                jobs.append(make_job(run_dir, grid_file, env_file, extra_files, overrides))
             except ParameterError as error:
                 problems.append(str(error))
     names = [job.name for job in jobs]

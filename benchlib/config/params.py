@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, ValidationInfo, field_validator
 
 from benchlib.backends import PRECISIONS, backend_info, frameworks, modes
-from benchlib.config.catalogue import MODEL_SCALES, load_catalogue
+from benchlib.config.catalogue import MODEL_SCALES, ModelSpec
+from benchlib.config.models import INPUTS, TASKS, WEIGHTS, ModelError, ModelRequest, resolve_model
 
 DEVICE_PATTERN = r"cpu|cuda(:\d+)?"
 
@@ -29,7 +31,15 @@ class BenchmarkParams(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict, validate_default=True)
     num_threads: int | Literal["cores"] | None = None
     num_interop_threads: StrictInt | None = Field(default=None, ge=1)
+    # How the models are found and loaded (config/models.py), set before `models` so that its validator sees them.
+    weights: Literal[WEIGHTS] | None = None  # type: ignore[valid-type]  # None: pretrained for a folder or Hub id, random for the catalogue
+    task: Literal[TASKS] | None = None  # type: ignore[valid-type]  # None: feature-extraction, or the checkpoint's own head
+    trust_remote_code: bool = False
+    allow_pickle: bool = False
+    offline: bool = True
     models: list[str] = Field(min_length=1)
+    inputs: Literal[INPUTS] = "random"  # type: ignore[valid-type]
+    text_file: str | None = None  # inputs: text: the text to tokenize (None: the sample shipped with the kit)
     model_scale: Literal["full", "tiny"] = "full"
     batch_sizes: list[StrictInt] = Field(min_length=1)
     sequence_lengths: list[StrictInt] = Field(min_length=1)
@@ -57,12 +67,25 @@ class BenchmarkParams(BaseModel):
 
     @field_validator("models")
     @classmethod
-    def _known_models(cls, models: list[str]) -> list[str]:
-        catalogue = load_catalogue()
-        unknown = [m for m in models if m not in catalogue]
-        if unknown:
-            raise ValueError(f"unknown model {', '.join(unknown)}; the catalogue has: {', '.join(catalogue)}")
+    def _known_models(cls, models: list[str], info: ValidationInfo) -> list[str]:
+        """Every model resolves (a catalogue entry, a folder, a Hub id in the local cache) and may be loaded as asked."""
+        request = ModelRequest(**{key: info.data[key] for key in MODEL_REQUEST_FIELDS if key in info.data})
+        problems = []
+        for name in dict.fromkeys(models):
+            try:
+                resolve_model(name, request)
+            except ModelError as error:
+                problems.append(str(error))
+        if problems:
+            raise ValueError("; ".join(problems))
         return models
+
+    @field_validator("text_file")
+    @classmethod
+    def _readable(cls, text_file: str | None) -> str | None:
+        if text_file is not None and not Path(text_file).is_file():
+            raise ValueError(f"no such file: {text_file}")
+        return text_file
 
     @field_validator("repeat", mode="before")
     @classmethod
@@ -132,6 +155,18 @@ class BenchmarkParams(BaseModel):
         if rounds is not None and current_round > rounds:
             raise ValueError(f"must be between 1 and rounds ({rounds}), not {current_round}")
         return current_round
+
+
+    def model_request(self) -> ModelRequest:
+        """How this run asks for its models."""
+        return ModelRequest(**{key: getattr(self, key) for key in MODEL_REQUEST_FIELDS})
+
+    def model_spec(self, name: str) -> ModelSpec:
+        """The `ModelSpec` of `name`, one of `models`."""
+        return resolve_model(name, self.model_request())
+
+
+MODEL_REQUEST_FIELDS: tuple[str, ...] = ("weights", "task", "trust_remote_code", "allow_pickle", "offline")
 
 
 class ParameterError(ValueError):

@@ -18,6 +18,7 @@ from benchlib.backends import load_backend, unsupported_reason
 from benchlib.config.catalogue import get_model
 from benchlib.config.jobs import load_parameter_file
 from benchlib.measure.timing import AUTO, Measurement, TimingSpec, measure, prepare_and_call_once
+from benchlib.workloads.inputs import random_ids
 
 STUDY_SPEC = TimingSpec(warmup=1, repeat=30, number=3)
 TARGETS = {"median_diff_percent": 3.0, "overhead_us": 5.0, "call_reduction": 2.0, "mean_diff_percent": 3.0}
@@ -35,7 +36,7 @@ def prepared_calls(cells: list[dict[str, Any]], num_threads: int | None = None, 
         spec = get_model(model)
         built = backend.build(spec, scale)
         for cell in group:
-            inputs = backend.make_inputs(spec.vocab_size(scale), cell["batch_size"], cell["sequence_length"], seed)
+            inputs = backend.as_inputs(random_ids(spec.vocab_size(scale), cell["batch_size"], cell["sequence_length"], seed))
             with backend.inference_context():
                 call, _, _ = prepare_and_call_once(lambda: backend.prepare(built, inputs), backend.sync)
                 yield cell, backend, call

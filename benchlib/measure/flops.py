@@ -233,6 +233,11 @@ def analytic_terms(spec: ModelSpec, scale: str, batch_size: int, sequence_length
     return family_of(spec).terms(_config(spec, scale), batch_size, sequence_length)
 
 
+def has_formula(spec: ModelSpec) -> bool:
+    """Whether `spec` has FLOP formulas: a catalogue entry with a family, timed as the bare model (no head)."""
+    return spec.family is not None and spec.source is None and spec.task == "feature-extraction"
+
+
 def analytic_flops(spec: ModelSpec, scale: str, batch_size: int, sequence_length: int) -> int:
     """FLOPs of one forward call of the bare model at (batch_size, sequence_length), from its configuration."""
     return sum(analytic_terms(spec, scale, batch_size, sequence_length).values())

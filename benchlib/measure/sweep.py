@@ -16,9 +16,10 @@ from benchlib import status
 from benchlib.backends import (
     TOLERANCE, Backend, backend_info, is_out_of_memory, load_backend, model_class, not_installed, unsupported_reason, versions_of,
 )
-from benchlib.config.catalogue import ModelSpec, get_model
+from benchlib.config.catalogue import ModelSpec
+from benchlib.config.models import has_tokenizer
 from benchlib.config.params import BenchmarkParams, validate_params
-from benchlib.measure.flops import analytic_flops
+from benchlib.measure.flops import analytic_flops, has_formula
 from benchlib.measure.interference import METHOD as INTERFERENCE_METHOD
 from benchlib.measure.interference import InterferenceMeter, make_meter
 from benchlib.measure.memory import CellPeakMemory, imports_frozen
@@ -32,6 +33,8 @@ from benchlib.store.locking import environment_lock
 from benchlib.store.recovery import clear_in_flight, mark_in_flight, resolve_in_flight
 from benchlib.store.results import ResultsWriter, finished_cells, is_true, make_row, read_results, repair_results
 from benchlib.workloads import forward
+from benchlib.workloads.agreement import Agreement
+from benchlib.workloads.inputs import cell_inputs, load_tokenizer
 
 Cell = tuple[str, int, int]  # model, batch size, sequence length
 
@@ -52,28 +55,37 @@ def timing_spec(params: BenchmarkParams) -> TimingSpec:
 def measure_cell(
     backend: Backend, model: Any, spec: ModelSpec, params: BenchmarkParams, batch_size: int, sequence_length: int,
     meter: InterferenceMeter | None = None,
-) -> tuple[str, Measurement | None, str]:  # fmt: skip
-    """Time one cell on a built model: (status, measurement or None, reason)."""
+) -> tuple[str, Measurement | None, str, dict[str, Any]]:  # fmt: skip
+    """Time one cell on a built model: (status, measurement or None, reason, the row's input and agreement columns)."""
     peak = CellPeakMemory(backend)
     try:
         with backend.inference_context(), peak:
-            inputs = forward.make_inputs(backend, spec, params.model_scale, batch_size, sequence_length, params.seed)
+            ids = cell_inputs(spec, params.model_scale, params.inputs, params.text_file, batch_size, sequence_length, params.seed)
+            inputs = backend.as_inputs(ids.ids)
             call, prepare_s, first_call_s = prepare_and_call_once(lambda: forward.prepare_call(backend, model, inputs), backend.sync)
             measurement = measure(call, timing_spec(params), backend.sync, first_call_s=first_call_s, prepare_s=prepare_s, meter=meter)
-            diff = forward.output_difference(backend, model, inputs, call())
+            compared = forward.compare(backend, model, inputs, call(), spec.task)
         measurement = dataclasses.replace(measurement, peak_memory_bytes=peak.bytes)
     except Exception as exc:  # any failure ends this cell only
-        return failure(exc, params, peak.bytes if backend.device == "cpu" else None)
-    state, reason = agreement(diff, params.precision)
-    return state, dataclasses.replace(measurement, max_abs_diff=diff), reason
+        return (*failure(exc, params, peak.bytes if backend.device == "cpu" else None), {})
+    columns = {"inputs": ids.kind}
+    if compared is None:
+        return status.OK, measurement, "", columns
+    columns.update(agreement_metric=compared.metric, agreement=compared.value)
+    state, reason = within_tolerance(compared, params.precision)
+    return state, dataclasses.replace(measurement, max_abs_diff=compared.max_abs_diff), reason, columns
 
 
-def agreement(max_abs_diff: float | None, precision: str) -> tuple[str, str]:
-    """(status, reason) of a measured cell whose output differs from eager PyTorch float32's by `max_abs_diff`:
-    an `error` beyond the precision's tolerance (a fast wrong answer is not a result), else `ok`."""
-    if max_abs_diff is None or max_abs_diff <= TOLERANCE[precision]:
+def within_tolerance(compared: Agreement, precision: str) -> tuple[str, str]:
+    """(status, reason) of a measured cell whose output differs from eager PyTorch float32's as `compared` says: an `error`
+    beyond the precision's tolerance at the output's scale (a fast wrong answer is not a result), else `ok`."""
+    limit = TOLERANCE[precision] * compared.scale
+    if compared.max_abs_diff <= limit:
         return status.OK, ""
-    return status.ERROR, f"output differs from eager PyTorch float32 by {max_abs_diff:.3g}, beyond the {precision} tolerance of {TOLERANCE[precision]:g}"
+    return status.ERROR, (
+        f"output differs from eager PyTorch float32 by {compared.max_abs_diff:.3g}, beyond the {precision} tolerance of "
+        f"{TOLERANCE[precision]:g} times the output's scale ({compared.scale:.3g})"
+    )
 
 
 def failure(exc: Exception, params: BenchmarkParams, peak_resident: int | None = None) -> tuple[str, None, str]:
@@ -120,10 +132,10 @@ def sweep_model(
                 backend.free()
                 emit(cell, build_failure[0], reason=build_failure[1])
                 continue
-            state, measurement, reason = measure_cell(backend, model, spec, params, batch_size, sequence_length, meter)
+            state, measurement, reason, columns = measure_cell(backend, model, spec, params, batch_size, sequence_length, meter)
             if state != status.OK:
                 backend.free()
-            emit(cell, state, measurement, reason, attn_implementation=attention, **built)
+            emit(cell, state, measurement, reason, attn_implementation=attention, **built, **columns)
     del model
     backend.free()
 
@@ -153,6 +165,8 @@ def import_model_code(spec: ModelSpec, params: BenchmarkParams) -> None:
     try:
         spec.build_config(params.model_scale)
         model_class(spec, params.framework)
+        if params.inputs == "text" and has_tokenizer(spec.source):
+            load_tokenizer(str(spec.source), spec.trust_remote_code)
     except Exception:  # noqa: S110 - reported by the build, cell by cell
         pass
 
@@ -228,15 +242,19 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
         write_environment(output_dir, {**description, "probes": probes})
         return "" if record["seconds"] is None else record["seconds"]
 
-    unsupported = {name: model_unsupported(backend, get_model(name), params) for name in dict.fromkeys(model for model, _, _ in grid)}
+    unsupported = {name: model_unsupported(backend, params.model_spec(name), params) for name in dict.fromkeys(model for model, _, _ in grid)}
     for name in (name for name, reason in unsupported.items() if reason is None):
-        import_model_code(get_model(name), params)
+        import_model_code(params.model_spec(name), params)
     with imports_frozen(), ResultsWriter(output_dir) as writer, tqdm(total=len(todo), desc=params.environment, disable=not progress) as bar:
         now = {"attempt": 1, "probe_s": probe("start")}
 
         def row_of(cell: Cell) -> dict[str, Any]:
             model, batch_size, sequence_length = cell
-            return {**environment, "model": model, "batch_size": batch_size, "sequence_length": sequence_length, **now}
+            spec = params.model_spec(model)
+            return {
+                **environment, "model": model, "task": spec.task, "weights": spec.weights, "batch_size": batch_size,
+                "sequence_length": sequence_length, **now,
+            }  # fmt: skip
 
         def begin(cell: Cell, probing: bool = False) -> None:
             # `probing`: marked before the speed probe that precedes its model (whose time it does not have yet)
@@ -246,7 +264,8 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
         def emit(cell: Cell, state: str, measurement: Measurement | None = None, reason: str = "", **build: Any) -> None:
             interference = measurement.interference if measurement else None
             disturbed = interference.disturbed(params.max_interference) if interference else ""
-            flops = analytic_flops(get_model(cell[0]), params.model_scale, cell[1], cell[2]) if measurement else ""
+            spec = params.model_spec(cell[0])
+            flops = analytic_flops(spec, params.model_scale, cell[1], cell[2]) if measurement and has_formula(spec) else ""
             row = {**row_of(cell), "disturbed": disturbed, "flops": flops, **build}
             writer.append(make_row(row, state, measurement, reason))
             clear_in_flight(output_dir)
@@ -255,7 +274,7 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
 
         def sweep(cells: list[Cell], label: str) -> None:
             for name in dict.fromkeys(model for model, _, _ in cells):
-                spec = get_model(name)
+                spec = params.model_spec(name)
                 shapes = [(b, s) for model, b, s in cells if model == name]
                 # A kernel that dies in the probe or while building the model leaves a record of the cell it was working towards.
                 if not unsupported[name] and (first := first_to_build(spec, shapes)) is not None:

@@ -109,8 +109,8 @@ def _folder(kind: str, label: str, key: dict[str, Any], root: Path | None) -> Pa
     return (cache_root() if root is None else root) / kind / f"{label}-{digest(key)}"
 
 
-def _recorded(found: Artefact) -> Artefact:
-    """`found`, appended to the list of the `recording` in force, if any."""
+def record(found: Artefact) -> Artefact:
+    """`found` (an artefact asked for in another process), appended to the list of the `recording` in force, if any."""
     if (record := _RECORD.get()) is not None:
         record.append(found)
     return found
@@ -119,7 +119,7 @@ def _recorded(found: Artefact) -> Artefact:
 def find(kind: str, label: str, key: dict[str, Any], root: Path | None = None) -> Artefact | None:
     """The entry of `kind` for `key` when it is in the cache (recorded as `artefact` records it), else None."""
     found = _found(_folder(kind, label, key, root))
-    return _recorded(found) if found else None
+    return record(found) if found else None
 
 
 def artefact(kind: str, label: str, key: dict[str, Any], make: Callable[[Path], None], root: Path | None = None) -> Artefact:
@@ -131,7 +131,7 @@ def artefact(kind: str, label: str, key: dict[str, Any], make: Callable[[Path], 
         folder.parent.mkdir(parents=True, exist_ok=True)
         with _locked(folder.parent / f".{folder.name}{LOCK_SUFFIX}"):
             found = _found(folder) or _make(folder, kind, key, make)
-    return _recorded(found)
+    return record(found)
 
 
 def _found(folder: Path) -> Artefact | None:

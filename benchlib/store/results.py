@@ -26,6 +26,7 @@ COLUMNS: tuple[str, ...] = (
     "iqr_s", "ci95_low_s", "ci95_high_s", "noisy", "stop_reason", "peak_memory_bytes",
     "attempt", "interference", "disturbed", "probe_s", "warmup_calls", "prepare_s", "attn_implementation", "round",
     "flops", "precision", "max_abs_diff", "options", "build_s", "export_s", "cold_export_s", "cached",
+    "task", "weights", "inputs", "agreement_metric", "agreement",
 )  # fmt: skip
 CELL_KEY: tuple[str, ...] = ("model", "batch_size", "sequence_length")
 # A cell measured in one round: rows of a file written before rounds existed are round 1.

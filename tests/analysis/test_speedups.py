@@ -199,7 +199,7 @@ def test_show_table_leaves_out_the_index_and_constant_columns(rows: pd.DataFrame
     assert "row_heading" not in html  # no index
     assert "device: cpu · machine: box · baseline: cpu-pytorch · disturbed_cells: none" in html
     assert list(shown[0].data.columns) == [
-        "environment", "framework", "mode", "precision", "cells", "cells_excluded", "speedup", "ci95_low", "ci95_high", "verdict", "interval_over", "max_abs_diff"
+        "environment", "framework", "mode", "precision", "cells", "cells_excluded", "speedup", "ci95_low", "ci95_high", "verdict", "interval_over", "max_abs_diff", "agreement", "weights"
     ]  # fmt: skip
     assert ">2<" in html and ">nan<" not in html  # floats to 4 significant digits, blanks where there is no value
 
@@ -231,3 +231,30 @@ def test_the_study_claims_are_judged_on_the_study_environments_only(rows: pd.Dat
     pd.testing.assert_frame_equal(checked, claims.claims_table(study).set_index("claim"))
     distilled = checked.loc[[claim for claim in checked.index if claim.startswith("DistilBERT")][0]]
     assert distilled["value_this_run"] == pytest.approx(0.5, rel=0.05) and distilled["holds"] == "holds"
+
+
+def test_findings_name_the_fastest_environment_that_keeps_agreement() -> None:
+    """int8-like ONNX Runtime is fastest but agrees 95% with eager float32 in one cell; bfloat16 keeps 99.9%."""
+    made = []
+    for model, b, s, t in CELLS:
+        made += [
+            row("cpu-pytorch", model, b, s, t, weights="random"),
+            row("cpu-onnxruntime", model, b, s, t / 2, max_abs_diff=0.2, agreement=0.95 if model == "gpt2" else 0.999, weights="random"),
+            row("cpu-pytorch-bf16", model, b, s, t / 1.25, max_abs_diff=0.01, agreement=0.999, weights="random"),
+        ]  # fmt: skip
+    rows = collapsed(made)
+    table = speedups.speedups(rows).set_index("environment")
+    assert table.loc["cpu-onnxruntime", "agreement"] == pytest.approx(0.95) and table.loc["cpu-pytorch", "agreement"] == 1.0
+    assert set(table["weights"]) == {"random"}
+    sentences = speedups.findings(rows, speedups.speedups(rows), speedups.speedups(rows, per_model=True), speedups.fastest(rows), claims.claims_table(rows))
+    agreeing = next(s for s in sentences if s.startswith("The fastest environment whose agreement"))
+    assert "at least 99% in every cell is cpu-pytorch-bf16 (1.25x)" in agreeing
+    assert "faster but below that bar: cpu-onnxruntime (2.00x, agreement 0.950)" in agreeing
+    assert "Agreement on random weights says how far an environment's numbers move, not how accurate its answers are" in agreeing
+    pretrained = collapsed([{**r, "weights": "pretrained"} for r in made])
+    again = speedups.findings(pretrained, speedups.speedups(pretrained), speedups.speedups(pretrained, per_model=True), speedups.fastest(pretrained), claims.claims_table(pretrained))
+    assert not any("random weights" in s for s in again) and any("cpu-pytorch-bf16 (1.25x)" in s for s in again)
+    high = collapsed([{**r, "agreement": 0.9999} if r["environment"] != "cpu-pytorch" else r for r in made])
+    sentences = speedups.findings(high, speedups.speedups(high), speedups.speedups(high, per_model=True), speedups.fastest(high), claims.claims_table(high))
+    agreeing = next(s for s in sentences if s.startswith("The fastest environment whose agreement"))
+    assert "in every cell is cpu-onnxruntime (2.00x)." in agreeing and "below that bar" not in agreeing

@@ -18,9 +18,11 @@ from benchlib.backends import TOLERANCE, BackendInfo, BackendSettings, framework
 from benchlib.backends import pytorch as pytorch_backend
 from benchlib.config.catalogue import get_model, load_catalogue
 from benchlib.config.params import ParameterError, validate_params
-from benchlib.measure.sweep import agreement, run_environment
+from benchlib.measure.sweep import run_environment, within_tolerance
 from benchlib.paths import PROJECT_ROOT
 from benchlib.store.layout import ENVIRONMENT_FILE
+from benchlib.workloads.agreement import Agreement, agreement
+from benchlib.workloads.inputs import random_ids
 
 
 def tiny_params(tmp_path, **values):
@@ -159,7 +161,7 @@ def test_ctrl_does_not_compile_because_upstream_fails():
     built = backend.build(get_model("ctrl"), "tiny")
     # If this stops failing, torch or transformers fixed it: drop ctrl's `pytorch/compile` entry.
     with pytest.raises(Exception, match="scale"), backend.inference_context():
-        backend.prepare(built, backend.make_inputs(1000, 1, 8, seed=0))
+        backend.prepare(built, backend.as_inputs(random_ids(1000, 1, 8, 0)))
 
 
 def test_ctrl_cast_to_bfloat16_fails_because_upstream_keeps_a_float32_encoding():
@@ -169,7 +171,7 @@ def test_ctrl_cast_to_bfloat16_fails_because_upstream_keeps_a_float32_encoding()
     built = backend.build(get_model("ctrl"), "tiny")
     # If this stops failing, transformers fixed it: drop ctrl's `pytorch/bfloat16` and `pytorch/float16` entries.
     with pytest.raises(RuntimeError, match="mixed dtype"), backend.inference_context():
-        backend.prepare(built, backend.make_inputs(1000, 1, 8, seed=0))()
+        backend.prepare(built, backend.as_inputs(random_ids(1000, 1, 8, 0)))()
 
 
 def test_openvino_converts_xlnet_only_through_its_onnx_export():
@@ -218,7 +220,9 @@ def test_a_backend_whose_output_disagrees_is_an_error_not_a_number(tmp_path, mon
     rows = run_environment(tiny_params(tmp_path, framework="onnxruntime", mode="session", precision="int8"), progress=False)
     assert rows["status"].tolist() == [status.ERROR]
     assert rows["reason"].iloc[0].startswith("output differs from eager PyTorch float32 by ") and "int8 tolerance of -1" in rows["reason"].iloc[0]
-    assert agreement(None, "float32") == (status.OK, "") and agreement(1e-4, "float32") == (status.OK, "")
+    assert within_tolerance(Agreement(1e-4, 1.0, "top1_agreement", 1.0), "float32") == (status.OK, "")
+    assert within_tolerance(Agreement(2e-3, 1.0, "top1_agreement", 1.0), "float32")[0] == status.ERROR
+    assert within_tolerance(Agreement(2e-3, 30.0, "top1_agreement", 1.0), "float32") == (status.OK, "")  # logits of order 30
 
 
 def test_machines_without_a_compiler_or_bfloat16_get_unsupported_cells(tmp_path, monkeypatch):
@@ -261,5 +265,6 @@ def test_every_catalogue_model_that_pytorch_runs_exports_to_onnx():
         if unsupported_reason(spec, "onnxruntime", "session"):
             continue
         built = backend.build(spec, "tiny")
-        inputs = backend.make_inputs(spec.vocab_size("tiny"), 2, 12, seed=3)  # another shape than the export's
-        assert backend.max_abs_diff(built, inputs, backend.prepare(built, inputs)()) < TOLERANCE["float32"], name
+        inputs = backend.as_inputs(random_ids(spec.vocab_size("tiny"), 2, 12, 3))  # another shape than the export's
+        compared = agreement("feature-extraction", pytorch_backend.as_array(backend.prepare(built, inputs)()), backend.reference_output(built, inputs))
+        assert compared.max_abs_diff < TOLERANCE["float32"] and compared.value > 0.9999, name

@@ -143,7 +143,7 @@ def test_rerun_resumes_without_measuring_finished_cells(tmp_path):
 
 def test_bad_parameters_fail_before_anything_is_built(tmp_path, monkeypatch):
     monkeypatch.setattr(PyTorchBackend, "build", lambda *a: pytest.fail("built"))
-    with pytest.raises(ParameterError, match="models: unknown model bert-large; the catalogue has: gpt2"):
+    with pytest.raises(ParameterError, match=r"models: unknown model bert-large: not in the catalogue, not a folder and not a Hub id \(owner/name\); the catalogue has: gpt2"):
         run_environment(params(tmp_path, models=["bert-large"]), progress=False)
     with pytest.raises(ParameterError, match="mode for pytorch must be one of eager, torchscript"):
         run_environment(params(tmp_path, mode="xla"), progress=False)

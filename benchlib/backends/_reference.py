@@ -1,0 +1,95 @@
+"""Eager PyTorch float32 for a TensorFlow kernel, in a worker process: the weights TensorFlow loads (made once, in the
+build cache) and the reference outputs its outputs are compared with, while the kernel itself never imports PyTorch
+(one framework per kernel). The worker (`python -m benchlib.backends._reference`) starts at the first request, takes
+pickled requests on its standard input and answers on its standard output, and waits idle while cells are timed."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+import numpy as np
+
+from benchlib.store.cache import Artefact
+
+if TYPE_CHECKING:
+    from benchlib.config.catalogue import ModelSpec
+
+
+def weights_of(spec: ModelSpec, scale: str, seed: int, cache_dir: Path | None) -> Artefact:
+    """In the worker: `pytorch.weights` (made now, or found in the build cache)."""
+    from benchlib.backends.pytorch import use_torch, weights
+
+    use_torch()
+    return weights(spec, scale, seed, cache_dir)
+
+
+_REFERENCE: dict[tuple[Any, ...], Any] = {}  # in the worker: the reference model asked for last
+
+
+def output_of(spec: ModelSpec, scale: str, seed: int, cache_dir: Path | None, ids: np.ndarray) -> np.ndarray:
+    """In the worker: eager PyTorch float32's output on `ids`, its model kept for the next request of the same model."""
+    from benchlib.backends.pytorch import build_reference, reference_output, use_torch
+
+    use_torch()
+    key = (spec.name, spec.task, spec.weights, scale, seed, cache_dir)
+    if key not in _REFERENCE:
+        _REFERENCE.clear()  # one model at a time, as in the other backends' kernels
+        _REFERENCE[key] = build_reference(spec, scale, seed, cache_dir=cache_dir)
+    return reference_output(_REFERENCE[key], ids)
+
+
+REQUESTS = {"weights": weights_of, "output": output_of}
+
+
+class PyTorchWorker:
+    """The worker process, seen from the kernel: started at the first request, ended with the kernel."""
+
+    def __init__(self) -> None:
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def _call(self, request: str, *args: Any) -> Any:
+        if self._process is None or self._process.poll() is not None:
+            self._process = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert self._process.stdin is not None and self._process.stdout is not None
+        pickle.dump((request, args), self._process.stdin)
+        self._process.stdin.flush()
+        try:
+            ok, value = pickle.load(self._process.stdout)
+        except EOFError:
+            raise RuntimeError(f"the PyTorch worker ended with status {self._process.wait()} while answering {request!r}") from None
+        if not ok:
+            raise RuntimeError(f"in the PyTorch worker: {value}")
+        return value
+
+    def weights(self, spec: ModelSpec, scale: str, seed: int, cache_dir: Path | None) -> Artefact:
+        """The folder of the weights every kernel loads `spec` from (`pytorch.weights`)."""
+        return self._call("weights", spec, scale, seed, cache_dir)
+
+    def output(self, spec: ModelSpec, scale: str, seed: int, cache_dir: Path | None, ids: np.ndarray) -> np.ndarray:
+        """Eager PyTorch float32's output of `spec` on `ids`."""
+        return self._call("output", spec, scale, seed, cache_dir, np.asarray(ids))
+
+
+def serve(requests: IO[bytes], answers: IO[bytes]) -> None:
+    """Answer pickled (request, args) from `requests` on `answers` with (True, value) or (False, the error) until the end."""
+    while True:
+        try:
+            request, args = pickle.load(requests)
+        except EOFError:
+            return
+        try:
+            answer = (True, REQUESTS[request](*args))
+        except Exception as exc:  # the kernel reports it in the cell
+            answer = (False, f"{type(exc).__name__}: {' '.join(str(exc).split())}")
+        pickle.dump(answer, answers)
+        answers.flush()
+
+
+if __name__ == "__main__":
+    answers = sys.stdout.buffer
+    sys.stdout = sys.stderr  # what the libraries print goes to the kernel's log, not into the answers
+    serve(sys.stdin.buffer, answers)
