@@ -14,6 +14,7 @@ import pytest
 from benchlib import read_results
 from benchlib.analysis.spreadsheet import COLUMNS_2019
 from benchlib.analysis.tables import AVERAGES_COLUMNS
+from benchlib.config.catalogue import load_catalogue
 from benchlib.paths import PROJECT_ROOT
 from benchlib.report.render import render_summary
 from tests.conftest import CPU_ENVIRONMENTS
@@ -52,9 +53,10 @@ def test_summary_renders_html_tables_and_figures(smoke_run: Path, tmp_path: Path
     averages = pd.read_csv(run / "tables" / "framework_averages.csv")
     assert list(averages.columns) == list(AVERAGES_COLUMNS)
     assert sorted(averages["environment"]) == sorted(ENVIRONMENTS)
-    # Of the smoke grid's 20 cells, ctrl at sequence 300 is too long everywhere and Transformer-XL's
-    # two cells are unsupported in PyTorch: excluded from every average, and counted.
-    assert set(averages["cells_used"]) == {17} and set(averages["cells_excluded"]) == {3}
+    # Of the smoke run's 32 cells (16 models, two shapes), ctrl at sequence 300 is too long everywhere, Transformer-XL's
+    # two cells are unsupported in PyTorch, and TensorFlow has no ModernBERT, SmolLM2, Qwen2.5 or Llama folder (8 cells):
+    # excluded from every average, and counted.
+    assert set(averages["cells_used"]) == {21} and set(averages["cells_excluded"]) == {11}
     assert (averages["mean_s"] > 0).all()
     assert {p.name for p in (run / "figures").iterdir()} == {
         "framework_averages.png", "tf_over_pt_heatmap.png", "time_vs_sequence.png", "peak_memory.png", "speed_probe.png", "roofline.png",
@@ -65,26 +67,35 @@ def test_summary_renders_html_tables_and_figures(smoke_run: Path, tmp_path: Path
     measured = {env for env, count in ok_cells.items() if count}
     speedups = pd.read_csv(run / "tables" / "speedups.csv").set_index("environment")
     assert set(ENVIRONMENTS) | {"cpu-onnxruntime", "cpu-torch-compile", "cpu-openvino"} <= measured <= set(speedups.index)
-    assert speedups.loc["cpu-pytorch", "verdict"] == "baseline" and speedups.loc["cpu-pytorch", "cells"] == 17
-    # The cells ok in both: ctrl is unsupported by torch.compile, Transformer-XL by every PyTorch-based backend.
-    assert speedups.loc["cpu-torch-compile", "cells"] == 16 and speedups.loc[sorted(measured), "cells"].between(16, 17).all()
+    assert speedups.loc["cpu-pytorch", "verdict"] == "baseline" and speedups.loc["cpu-pytorch", "cells"] == 29
+    # The cells ok in both: ctrl is unsupported by torch.compile, Transformer-XL by every PyTorch-based backend, and
+    # TensorFlow lacks four architectures.
+    assert speedups.loc["cpu-torch-compile", "cells"] == 28 and speedups.loc["cpu-tensorflow", "cells"] == 21
+    assert speedups.loc[sorted(measured - {"cpu-tensorflow", "cpu-tensorflow-xla"}), "cells"].between(28, 29).all()
+    # Agreement beside the speed-up: every compared float32 environment agrees at least 99% (the user's folders on text).
+    assert (speedups.loc[["cpu-onnxruntime", "cpu-openvino", "cpu-torch-compile", "cpu-tensorflow"], "agreement"] >= 0.99).all()
+    assert set(speedups["weights"].dropna()) == {"pretrained, random"}
+    assert "The fastest environment whose agreement with eager PyTorch float32 is at least 99% in every cell is " in page
+    assert "Agreement on random weights says how far an environment's numbers move" in page
     assert (speedups.loc[sorted(measured), "speedup"] > 0).all()
     fastest = pd.read_csv(run / "tables" / "fastest.csv")
-    assert len(fastest) == 20 and set(fastest["fastest"].dropna()) <= measured
+    assert len(fastest) == 32 and set(fastest["fastest"].dropna()) <= measured
     for name in ("speedups_per_model", "pytorch_vs_tensorflow", "torchscript_vs_eager", "xla_vs_function", "distilled_vs_teacher", "claims_2019", "excluded_cells", "threads",
                  "peak_memory_mib", "fraction_of_peak", "efficiency_cells", "time_to_first_result"):  # fmt: skip
         assert (run / "tables" / f"{name}.csv").is_file(), name
     first_result = pd.read_csv(run / "tables" / "time_to_first_result.csv").set_index("environment")
     assert set(first_result.index) == measured and (first_result["cold_median_s"] >= first_result["warm_median_s"]).all()
     spreadsheet = (run / "tables" / "spreadsheet_2019_cpu-tensorflow-xla.csv").read_text().splitlines()
-    assert spreadsheet[0] == ",".join(COLUMNS_2019) and len(spreadsheet) == 11
+    assert spreadsheet[0] == ",".join(COLUMNS_2019) and len(spreadsheet) == 17  # the header and 16 models
 
     # How close to the machine's limit: the runner measured the limits, the sweep counted each ok cell's FLOPs.
     assert "of the measured float32 peak" in page and "Peak float32 matrix multiply" in page
     cells = pd.read_csv(run / "tables" / "efficiency_cells.csv")
-    # Every ok cell: 17 in eager PyTorch, 19 in each TensorFlow one (Transformer-XL runs there), ...
-    assert ok_cells["cpu-pytorch"] == 17 and ok_cells["cpu-tensorflow"] == ok_cells["cpu-tensorflow-xla"] == 19
-    assert len(cells) == sum(ok_cells.values()) and (cells["flops"] > 0).all() and (cells["fraction_of_peak"] > 0).all()
+    # Every ok cell of a catalogue model (the user's folders have no FLOP formulas): 29 ok in eager PyTorch (25 of the
+    # catalogue), 23 in each TensorFlow one (Transformer-XL runs there; 21 of the catalogue), ...
+    assert ok_cells["cpu-pytorch"] == 29 and ok_cells["cpu-tensorflow"] == ok_cells["cpu-tensorflow-xla"] == 23
+    every_ok = pd.concat([read_results(run / env) for env in CPU_ENVIRONMENTS]).query("status == 'ok'")
+    assert len(cells) == every_ok["model"].isin(list(load_catalogue())).sum() and (cells["flops"] > 0).all() and (cells["fraction_of_peak"] > 0).all()
     assert cells["achieved_flops_per_s"].tolist() == pytest.approx((cells["flops"] / cells["time_s"]).tolist())
     assert set(pd.read_csv(run / "tables" / "fraction_of_peak.csv")["environment"]) == measured
 
@@ -109,10 +120,10 @@ def test_partial_run_without_xla_renders_what_is_there(smoke_run: Path, tmp_path
     page = page_text(html)
     assert "No tensorflow (xla) environment on cpu" in page and "No pytorch (torchscript) environment on cpu" in page
     assert "There is no cuda environment in these runs." in page
-    assert "cpu-tensorflow has no row for 17 of the 20 cells measured on cpu" in page
+    assert "cpu-tensorflow has no row for 29 of the 32 cells measured on cpu" in page
     assert not (tmp_path / "summary" / "tables" / "xla_vs_function.csv").exists()
     averages = pd.read_csv(tmp_path / "summary" / "tables" / "framework_averages.csv").set_index("environment")
-    assert averages["cells_used"].tolist() == [3, 3] and averages["cells_excluded"].tolist() == [17, 17]
+    assert averages["cells_used"].tolist() == [3, 3] and averages["cells_excluded"].tolist() == [29, 29]
     assert not (run / "summary.html").exists()
 
 
