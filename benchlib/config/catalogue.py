@@ -53,8 +53,8 @@ class ModelSpec:
         if scale not in MODEL_SCALES:
             raise ValueError(f"model_scale must be one of {', '.join(MODEL_SCALES)}, not {scale!r}")
         values = dict(self.config)
-        if scale == "tiny":  # a user's model has one size: its own
-            values.update(self.tiny)
+        if scale == "tiny":
+            values.update(self.tiny)  # empty for a user's model: it has one size, its own
         values.update(overrides)
         return values
 

@@ -156,7 +156,6 @@ class BenchmarkParams(BaseModel):
             raise ValueError(f"must be between 1 and rounds ({rounds}), not {current_round}")
         return current_round
 
-
     def model_request(self) -> ModelRequest:
         """How this run asks for its models."""
         return ModelRequest(**{key: getattr(self, key) for key in MODEL_REQUEST_FIELDS})

@@ -39,6 +39,12 @@ def sample_text() -> str:
 
 
 @cache
+def text_of(text_file: str | None) -> str:
+    """The text of `inputs: text`: `text_file`'s, or the kit's sample; read once per process, not per cell."""
+    return Path(text_file).read_text(encoding="utf-8") if text_file else sample_text()
+
+
+@cache
 def load_tokenizer(folder: str, trust_remote_code: bool = False) -> Any:
     """The tokenizer saved in checkpoint folder `folder` (imports transformers)."""
     from transformers import AutoTokenizer
@@ -53,7 +59,8 @@ def text_ids(tokenizer: Any, text: str, batch_size: int, sequence_length: int) -
     tokens = tokenizer(text, add_special_tokens=False)["input_ids"]
     if not tokens:
         raise ValueError("the text has no tokens")
-    special = tokenizer.num_special_tokens_to_add() if sequence_length > tokenizer.num_special_tokens_to_add() else 0
+    special = tokenizer.num_special_tokens_to_add()
+    special = special if sequence_length > special else 0  # too short for them: text only
     width = sequence_length - special
     rows = []
     for row in range(batch_size):
@@ -66,7 +73,7 @@ def cell_inputs(spec: ModelSpec, scale: str, inputs: str, text_file: str | None,
     """The ids of one cell of `spec`: text (from `text_file`, or the kit's sample) where `inputs` is text and the model has
     a tokenizer, else seeded random ids below its vocabulary."""
     if inputs == "text" and has_tokenizer(spec.source):
-        text = Path(text_file).read_text(encoding="utf-8") if text_file else sample_text()
-        return CellInputs(text_ids(load_tokenizer(str(spec.source), spec.trust_remote_code), text, batch_size, sequence_length), "text")
+        tokenizer = load_tokenizer(str(spec.source), spec.trust_remote_code)
+        return CellInputs(text_ids(tokenizer, text_of(text_file), batch_size, sequence_length), "text")
     kind = NO_TOKENIZER if inputs == "text" else "random"
     return CellInputs(random_ids(spec.vocab_size(scale), batch_size, sequence_length, seed), kind)
