@@ -12,7 +12,7 @@ import yaml
 
 from benchlib import read_results
 from benchlib.cli import main
-from benchlib.config.jobs import DEFAULT_ENVIRONMENTS, default_run_dir, expand_environments, plan_run
+from benchlib.config.jobs import DEFAULT_ENVIRONMENTS, default_run_dir, environment_sets, expand_environments, plan_run
 from benchlib.config.params import ParameterError, notebook_parameters
 from benchlib.paths import PARAMETERS_DIR, PROJECT_ROOT
 from tests.kernels import kill_mid_cell
@@ -27,7 +27,7 @@ def test_shipped_parameter_files_all_validate(tmp_path: Path) -> None:
     environments = sorted(path.stem for path in PARAMETERS_DIR.glob("environments/*.yaml"))
     study = [f"{device}-{name}" for device in ("cpu", "gpu") for name in ("pytorch", "torchscript", "tensorflow", "tensorflow-xla")]
     today = ["cpu-torch-compile", "cpu-pytorch-bf16", "cpu-pytorch-eager-attention", "cpu-onnxruntime", "cpu-onnxruntime-int8",
-             "cpu-openvino", "cpu-openvino-bf16", "gpu-torch-compile", "gpu-pytorch-fp16"]  # fmt: skip
+             "cpu-openvino", "cpu-openvino-bf16", "cpu-openvino-int8", "gpu-torch-compile", "gpu-pytorch-fp16"]  # fmt: skip
     assert environments == sorted(study + today)
     for grid, models in (("quick", 6), ("quick-all", 10), ("article", 10), ("today", 4), ("smoke", 14)):
         jobs = plan_run(tmp_path, grid, environments)
@@ -37,6 +37,11 @@ def test_shipped_parameter_files_all_validate(tmp_path: Path) -> None:
     article = plan_run(tmp_path, "article", ["cpu-pytorch"])[0].params
     assert (article.batch_sizes, article.sequence_lengths) == ([1, 2, 4, 8], [8, 64, 128, 256, 512, 1024])
     assert (article.repeat, article.number, article.model_scale) == (30, 3, "full")
+    generating = environment_sets()["generate"]
+    for grid, models, prompts in (("generate-quick", 3, [32, 128]), ("generate-article", 6, [32, 128, 512]), ("generate-smoke", 2, [8])):
+        jobs = plan_run(tmp_path, grid, generating)
+        assert [job.name for job in jobs] == generating and all(len(job.params.models) == models for job in jobs)
+        assert {(job.params.workload, job.params.task, tuple(job.params.prompt_lengths)) for job in jobs} == {("generate", "causal-lm", tuple(prompts))}
 
 
 def test_defaults_are_the_study_environments_with_torch_compile_and_onnxruntime_on_the_quick_grid(tmp_path: Path) -> None:
@@ -61,7 +66,7 @@ def test_environment_sets_expand_and_all_is_every_environment_of_this_machine(tm
     assert expand_environments(["study", "cpu-pytorch", "cpu-onnxruntime"]) == [
         "cpu-pytorch", "cpu-torchscript", "cpu-tensorflow", "cpu-tensorflow-xla", "cpu-onnxruntime",
     ]  # fmt: skip
-    with pytest.raises(ParameterError, match=r"environment 'fastest' not found; available: .*; sets: study, default, today, gpu-study, all"):
+    with pytest.raises(ParameterError, match=r"environment 'fastest' not found; available: .*; sets: study, default, today, gpu-study, generate, all"):
         plan_run(tmp_path, "smoke", ["fastest"])
 
 
@@ -93,7 +98,7 @@ def test_bad_parameters_are_reported_one_line_each_before_anything_runs(tmp_path
     assert main(["run", "--grid", "smoke", "--params", str(typo), "--out", str(run_dir), "--no-summary"]) == 2
     assert "repaet: unknown parameter" in capsys.readouterr().err
     assert main(["run", "--grid", "nope", "--out", str(run_dir)]) == 2
-    assert "grid 'nope' not found; available: article, quick, quick-all, smoke" in capsys.readouterr().err
+    assert "grid 'nope' not found; available: article, generate-article, generate-quick, generate-smoke, quick, quick-all, smoke" in capsys.readouterr().err
     assert main(["run", "--params", str(tmp_path / "missing.yaml"), "--out", str(run_dir)]) == 2
     assert "missing.yaml: no such parameter file" in capsys.readouterr().err
     assert not run_dir.exists()  # nothing started

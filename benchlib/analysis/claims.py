@@ -1,7 +1,8 @@
-"""7. The 2019 study's claims (`benchlib/data/claims_2019.yaml`), checked on each device and machine of a run.
+"""Published claims checked on each device and machine of a run: the 2019 study's (`benchlib/data/claims_2019.yaml`,
+section 7 of the summary) and the 2022 post's on generation (`claims_2022.yaml`, checked on generate rows).
 
 A claim names a metric of METRICS: most are a `Ratio`, a time ratio over the paired cells of a comparison
-(`comparisons.COMPARISONS`) or of a distilled model and its teacher, computed by one function (`ratio_value`);
+(`comparisons.COMPARISONS`, or one declared here) or of a distilled model and its teacher, computed by one function (`ratio_value`);
 `oom_earlier` counts statuses. A claim `holds` or `does not hold` only when the whole 95% interval of its
 value says so (`judge`), and is `inconclusive` otherwise, or when it rests on disturbed cells.
 """
@@ -21,19 +22,37 @@ import pandas as pd
 import yaml
 
 from benchlib import status
-from benchlib.analysis.comparisons import COMPARISONS, distilled_estimate, distilled_pairs, paired_cells, paired_estimate, study_rows
+from benchlib.analysis.comparisons import (
+    BASELINE,
+    Comparison,
+    Selector,
+    distilled_estimate,
+    distilled_pairs,
+    get_comparison,
+    paired_cells,
+    paired_estimate,
+    study_rows,
+)  # fmt: skip
 from benchlib.analysis.runs import groups
 from benchlib.analysis.significance import GEOMEAN, RATIO_OF_MEANS
 
 HOLDS, DOES_NOT_HOLD, INCONCLUSIVE, NOT_CHECKED = "holds", "does not hold", "inconclusive", "not checked"
 DISTILLED = "distilled"  # a Ratio's pairs: a student and its teacher (the claim's `args`), within each environment
-CLAIMS_COLUMNS: tuple[str, ...] = ("claim", "device", "machine", "measure", "value_2019", "value_this_run", "ci95_low", "ci95_high", "holds_if", "holds", "detail")
+CLAIMS_2019, CLAIMS_2022 = "claims_2019", "claims_2022"  # the sets of claims under benchlib/data/
+
+
+def claims_columns(year: int = 2019) -> tuple[str, ...]:
+    """The columns of a claims table whose source was published in `year`."""
+    return ("claim", "device", "machine", "measure", f"value_{year}", "value_this_run", "ci95_low", "ci95_high", "holds_if", "holds", "detail")
+
+
+CLAIMS_COLUMNS: tuple[str, ...] = claims_columns(2019)
 
 
 @cache
-def load_claims() -> dict[str, Any]:
-    """The study's claims and their source (`benchlib/data/claims_2019.yaml`)."""
-    return yaml.safe_load(resources.files("benchlib").joinpath("data/claims_2019.yaml").read_text(encoding="utf-8"))
+def load_claims(name: str = CLAIMS_2019) -> dict[str, Any]:
+    """A set of claims and their source (`benchlib/data/<name>.yaml`: CLAIMS_2019, the study's, or CLAIMS_2022)."""
+    return yaml.safe_load(resources.files("benchlib").joinpath(f"data/{name}.yaml").read_text(encoding="utf-8"))
 
 
 @dataclass(frozen=True)
@@ -55,14 +74,14 @@ class Ratio:
     `base_mean_s` and `other_mean_s` (a comparison's mean times) or `environments` (DISTILLED's).
     """
 
-    pairs: str  # a key of COMPARISONS (other / base), or DISTILLED (student / teacher)
+    pairs: str | Comparison  # a Comparison or a key of COMPARISONS (other / base), or DISTILLED (student / teacher)
     how: str = GEOMEAN  # GEOMEAN or RATIO_OF_MEANS
     unit: Callable[[float], float] = float  # the ratio as the claim states it (it may reverse the interval's order)
     largest_reduction: bool = False  # over the one cell with the smallest ratio, not every paired cell
     detail: str = "over {cells} cells ok in both"
 
 
-def _cells(group: pd.DataFrame, pairs: str, student: str = "", teacher: str = "") -> tuple[pd.DataFrame, str]:
+def _cells(group: pd.DataFrame, pairs: str | Comparison, student: str = "", teacher: str = "") -> tuple[pd.DataFrame, str]:
     """Every cell of `pairs` in one device and machine's rows, or none and why they cannot be compared."""
     if pairs == DISTILLED:
         missing = [m for m in (student, teacher) if m not in set(group["model"])]
@@ -70,7 +89,7 @@ def _cells(group: pd.DataFrame, pairs: str, student: str = "", teacher: str = ""
             return group.iloc[:0], f"{' and '.join(missing)} not measured"
         cells = distilled_pairs(group, [(student, teacher)])
         return (cells, "") if cells["paired"].any() else (cells.iloc[:0], f"no cell is ok for both {student} and {teacher}")
-    comparison = COMPARISONS[pairs]
+    comparison = get_comparison(pairs)
     cells = paired_cells(group, comparison)
     for side in (comparison.base, comparison.other):
         if not side.select(group):
@@ -114,12 +133,16 @@ def oom_earlier(group: pd.DataFrame) -> ClaimValue:
     return ClaimValue(count, f"{pt_only} cells out of memory in PyTorch only, {tf_only} in TensorFlow only", count, count)
 
 
+# Eager PyTorch float32 against TensorFlow with XLA (the 2022 post's "faster than PyTorch").
+XLA_VS_EAGER = Comparison("XLA against eager PyTorch", BASELINE, Selector("tensorflow", "xla"), "pytorch", "xla", "speedup", invert=True)
+
 # The claims' `metric` names.
 METRICS: dict[str, Ratio | Callable[..., ClaimValue]] = {
     "tf_over_pt_mean": Ratio("pytorch_vs_tensorflow", RATIO_OF_MEANS,
                              detail="PyTorch {base_mean_s:.4g} s, TensorFlow {other_mean_s:.4g} s over {cells} cells ok in both"),
     "torchscript_change_pct": Ratio("torchscript_vs_eager", unit=lambda ratio: (ratio - 1) * 100),
     "xla_speedup": Ratio("xla_vs_function", unit=lambda ratio: 1 / ratio),
+    "eager_over_xla": Ratio(XLA_VS_EAGER, unit=lambda ratio: 1 / ratio),
     "xla_largest_reduction_pct": Ratio("xla_vs_function", unit=lambda ratio: (1 - ratio) * 100, largest_reduction=True,
                                        detail="at {where}, the largest of {cells} cells ok in both"),
     "distilled_ratio": Ratio(DISTILLED, detail="over {cells} matching cells in {environments} environments"),
@@ -160,14 +183,16 @@ def judge(value: ClaimValue, holds_if: str) -> tuple[str, str]:
 
 
 def claims_table(rows: pd.DataFrame, claims: dict[str, Any] | None = None) -> pd.DataFrame:
-    """7. Each 2019 claim checked on each device and machine it applies to: `holds`, `does not hold`, `inconclusive`
-    or `not checked`; over the study's four ways only (`study_rows`), as the study measured them."""
+    """Each claim (`load_claims()`, the 2019 study's, by default) checked on each device and machine it applies to:
+    `holds`, `does not hold`, `inconclusive` or `not checked`; over the study's four ways only (`study_rows`), as the
+    study measured them. The source's value is in `value_<year>` (the year of the claims' source)."""
     claims = claims or load_claims()
+    year = claims["source"]["year"]
     found = list(groups(study_rows(rows)))
     records = []
     for claim in claims["claims"]:
         device = claim.get("device", "any")
-        base = {key: claim.get(key) for key in ("claim", "measure", "value_2019", "holds_if")}
+        base = {key: claim.get(key) for key in ("claim", "measure", f"value_{year}", "holds_if")}
         targets = [(d, m, g) for d, m, g in found if device in ("any", d)]
         if not targets:
             records.append({**base, "device": device, "machine": "", "value_this_run": math.nan, "holds": NOT_CHECKED,
@@ -179,6 +204,6 @@ def claims_table(rows: pd.DataFrame, claims: dict[str, Any] | None = None) -> pd
                 **base, "device": d, "machine": machine, "value_this_run": math.nan if value.value is None else value.value,
                 "ci95_low": value.low, "ci95_high": value.high, "holds": holds, "detail": detail,
             })  # fmt: skip
-    table = pd.DataFrame(records, columns=list(CLAIMS_COLUMNS))
-    table["value_2019"] = pd.to_numeric(table["value_2019"])
+    table = pd.DataFrame(records, columns=list(claims_columns(year)))
+    table[f"value_{year}"] = pd.to_numeric(table[f"value_{year}"])
     return table

@@ -51,13 +51,13 @@ DEFAULT_THRESHOLD = 0.05
 DEFAULT_ALPHA = 0.05
 NO_CHANGE = "no change"
 NOT_COMPARED = "not compared"
-KEY: tuple[str, ...] = ("environment", *CELL_KEY)
+KEY: tuple[str, ...] = ("environment", "workload", *CELL_KEY)  # a generate cell is never compared with a forward one
 # What environment.json says about a run, compared key by key; run-specific values are left out.
 SECTIONS: tuple[str, ...] = ("software", "machine", "threads", "parameters")
 IGNORED: frozenset[tuple[str, str]] = frozenset({("machine", "hostname"), ("parameters", "output_dir"), ("parameters", "current_round")})
 ABSENT = "(absent)"
 CELL_COLUMNS: tuple[str, ...] = (
-    "environment", *CELL_KEY, "status_a", "status_b", "median_a_s", "median_b_s", "change", "p_value",
+    "environment", "workload", *CELL_KEY, "status_a", "status_b", "median_a_s", "median_b_s", "change", "p_value",
     "n_samples_a", "n_samples_b", "verdict", "disturbed", "why",
 )  # fmt: skip
 ENVIRONMENT_COLUMNS: tuple[str, ...] = (

@@ -131,16 +131,29 @@ def _times(speedup: float) -> str:
     return f"{speedup:.2f}x"
 
 
-def _overall_sentence(where: str, table: pd.DataFrame) -> str:
-    """The fastest environment of one device and machine (`speedups` rows, fastest first) against the baseline."""
+def interval_text(row: pd.Series) -> str:
+    """A speed-up's interval and verdict, in words."""
+    return f"95% interval {_times(row['ci95_low'])} to {_times(row['ci95_high'])} over {row['cells']} cells ok in both; verdict: {row['verdict']}"
+
+
+def leader(table: pd.DataFrame) -> tuple[str, pd.Series | None, bool]:
+    """Of `speedups` rows of one device and machine, fastest first: (the baseline's name, the fastest environment other
+    than the baseline, None where none has cells ok in both, whether the baseline is faster than every other)."""
     base = f"{BASELINE_NAME} ({table['baseline'].iloc[0]})"
     compared = table[table["cells"] > 0]
     others = compared[compared["verdict"] != BASELINE_VERDICT]
     if others.empty:
+        return base, None, False
+    return base, others.iloc[0], compared["verdict"].iloc[0] == BASELINE_VERDICT
+
+
+def _overall_sentence(where: str, table: pd.DataFrame) -> str:
+    """The fastest environment of one device and machine (`speedups` rows, fastest first) against the baseline."""
+    base, top, baseline_first = leader(table)
+    if top is None:
         return f"{where}, no environment has cells ok in both it and {base}: there is no speed-up to report."
-    top = others.iloc[0]
-    interval = f"95% interval {_times(top['ci95_low'])} to {_times(top['ci95_high'])} over {top['cells']} cells ok in both; verdict: {top['verdict']}"
-    if compared["verdict"].iloc[0] == BASELINE_VERDICT:
+    interval = interval_text(top)
+    if baseline_first:
         return f"{where}, {base} is the fastest environment overall: the next, {top['environment']} ({_describe(top)}), runs {_times(top['speedup'])} as fast ({interval})."
     sentence = f"{where}, the fastest environment overall is {top['environment']} ({_describe(top)}): {_times(top['speedup'])} as fast as {base} ({interval})."
     if pd.notna(top["max_abs_diff"]):

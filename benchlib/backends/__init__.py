@@ -40,6 +40,7 @@ from benchlib.status import Unsupported
 if TYPE_CHECKING:  # the catalogue sits above the backends: they are handed its entries
     import numpy as np
 
+    from benchlib.backends._generate import Generator
     from benchlib.config.catalogue import ModelSpec
 
 PRECISIONS: tuple[str, ...] = ("float32", "bfloat16", "float16", "int8")
@@ -68,6 +69,7 @@ class BackendSettings:
     num_interop_threads: int | None = None
     seed: int = 0
     cache_dir: Path | None = None  # the build cache (store/cache.py); None: BENCHLIB_CACHE or the user's cache directory
+    workload: str = "forward"  # what the cells call: "forward" (one forward pass) or "generate" (`Backend.generator`)
 
     def make(self, backend_class: type[Any]) -> Any:
         """An instance of the dataclass `backend_class`, given each of these settings it has a field for."""
@@ -219,6 +221,14 @@ class Backend(Protocol):
         """Eager PyTorch float32's output on `inputs` (of the same weights and head), which this backend's output is
         compared with, or None where the backend is that reference or cannot be compared with it (other weights)."""
 
+    def generator(self, model: Any, inputs: Any) -> Generator:
+        """For `workload: generate`, a model built for it ready to generate from the prompt `inputs` (compiled for it where
+        the mode says so); raise `status.Unsupported` where this backend or mode cannot generate."""
+
+    def reference_tokens(self, model: Any, inputs: Any, new_tokens: int) -> np.ndarray | None:
+        """Eager PyTorch float32's greedy `new_tokens` ids (batch, new_tokens) after the prompt `inputs`, which this
+        backend's are compared with, or None where the backend is that reference or has other weights."""
+
     def attn_implementation(self, model: Any) -> str:
         """The attention implementation the built model uses (`eager`, `sdpa`, ...)."""
 
@@ -270,6 +280,12 @@ class UnavailableBackend:
     def reference_output(self, model: Any, inputs: Any) -> np.ndarray | None:
         return None
 
+    def generator(self, model: Any, inputs: Any) -> Generator:
+        raise Unsupported(self.reason)
+
+    def reference_tokens(self, model: Any, inputs: Any, new_tokens: int) -> np.ndarray | None:
+        return None
+
     def attn_implementation(self, model: Any) -> str:
         return ""
 
@@ -315,13 +331,14 @@ def apply_thread_environment(num_threads: int | None) -> None:
 def load_backend(
     framework: str, mode: str, device: str = "cpu", num_threads: int | str | None = None, num_interop_threads: int | None = None,
     precision: str = "float32", options: dict[str, Any] | None = None, seed: int = 0, cache_dir: Path | None = None,
+    workload: str = "forward",
 ) -> Backend:  # fmt: skip
     """Make the backend `framework` for `mode` on `device` (this imports its framework), or an `UnavailableBackend`
     when a distribution it requires is not installed.
 
     `num_threads` sizes the intra-op pools (an integer, "cores" or None for the framework's default),
     `num_interop_threads` the inter-op pools (None: the framework's default); `options` are the
-    backend's own parameters (validated by its options model).
+    backend's own parameters (validated by its options model); `workload` what its models are built for.
     """
     info = backend_info(framework)
     if mode not in info.modes:
@@ -334,7 +351,7 @@ def load_backend(
     apply_thread_environment(threads)
     settings = BackendSettings(
         mode=mode, device=device, precision=precision, options=info.options(**(options or {})), num_threads=threads,
-        num_interop_threads=num_interop_threads, seed=seed, cache_dir=cache_dir,
+        num_interop_threads=num_interop_threads, seed=seed, cache_dir=cache_dir, workload=workload,
     )  # fmt: skip
     return info.make(settings)
 

@@ -1,6 +1,6 @@
 """What the backends that run an exported PyTorch model (ONNX Runtime, OpenVINO) share: the ONNX
 export, made once per model's weights in the build cache, and the cell's plumbing (inputs, comparison
-with eager PyTorch float32, no device to wait for).
+with eager PyTorch float32, no device to wait for, generation through transformers' `generate` of optimum's models).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from benchlib.backends import lazy_import
-from benchlib.backends.pytorch import build_reference, first_output, reference_output, traceable_masks, use_torch, weights, weights_key
+from benchlib.backends._generate import Generator, transformers_generator
+from benchlib.backends.pytorch import build_reference, first_output, reference_output, reference_tokens, traceable_masks, use_torch, weights, weights_key
 from benchlib.machine import package_version
 from benchlib.store.cache import Artefact, artefact
 
@@ -75,7 +76,7 @@ def output_name(task: str) -> str:
 class Exported:
     """A built model: what the backend runs, and the eager float32 PyTorch model it is compared with."""
 
-    runner: Any  # an onnxruntime.InferenceSession or an openvino.CompiledModel
+    runner: Any  # an onnxruntime.InferenceSession or an openvino.CompiledModel; to generate, optimum's ORTModelForCausalLM or OVModelForCausalLM
     reference: Any
     path: Path  # the file it was loaded from
 
@@ -95,6 +96,7 @@ class ExportedBackend:
     num_interop_threads: int | None = None
     seed: int = 0
     cache_dir: Path | None = None
+    workload: str = "forward"  # "generate": `build` makes optimum's generation model instead of the forward export
 
     def export(self, spec: ModelSpec, scale: str) -> tuple[Any, Artefact]:
         """(eager float32 reference, the build cache's entry of its ONNX export)."""
@@ -108,6 +110,12 @@ class ExportedBackend:
 
     def reference_output(self, built: Exported, inputs: np.ndarray) -> np.ndarray:
         return reference_output(built.reference, inputs)
+
+    def generator(self, built: Exported, inputs: np.ndarray) -> Generator:
+        return transformers_generator(built.runner, torch.from_numpy(inputs))
+
+    def reference_tokens(self, built: Exported, inputs: np.ndarray, new_tokens: int) -> np.ndarray:
+        return reference_tokens(built.reference, inputs, new_tokens)
 
     def attn_implementation(self, built: Exported) -> str:
         return str(getattr(built.config, "_attn_implementation", None) or "eager")

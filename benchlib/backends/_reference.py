@@ -1,7 +1,8 @@
 """Eager PyTorch float32 for a TensorFlow kernel, in a worker process: the weights TensorFlow loads (made once, in the
-build cache) and the reference outputs its outputs are compared with, while the kernel itself never imports PyTorch
-(one framework per kernel). The worker (`python -m benchlib.backends._reference`) starts at the first request, takes
-pickled requests on its standard input and answers on its standard output, and waits idle while cells are timed."""
+build cache), and the reference outputs and generated tokens that its own are compared with, while the kernel itself
+never imports PyTorch (one framework per kernel). The worker (`python -m benchlib.backends._reference`) starts at the
+first request, takes pickled requests on its standard input and answers on its standard output, and waits idle while
+cells are timed."""
 
 from __future__ import annotations
 
@@ -30,19 +31,33 @@ def weights_of(spec: ModelSpec, scale: str, seed: int, cache_dir: Path | None) -
 _REFERENCE: dict[tuple[Any, ...], Any] = {}  # in the worker: the reference model asked for last
 
 
-def output_of(spec: ModelSpec, scale: str, seed: int, cache_dir: Path | None, ids: np.ndarray) -> np.ndarray:
-    """In the worker: eager PyTorch float32's output on `ids`, its model kept for the next request of the same model."""
-    from benchlib.backends.pytorch import build_reference, reference_output, use_torch
+def reference_of(spec: ModelSpec, scale: str, seed: int, cache_dir: Path | None) -> Any:
+    """In the worker: the eager PyTorch float32 model (`pytorch.build_reference`), kept for the next request of the same model."""
+    from benchlib.backends.pytorch import build_reference, use_torch
 
     use_torch()
     key = (spec.name, spec.task, spec.weights, scale, seed, cache_dir)
     if key not in _REFERENCE:
         _REFERENCE.clear()  # one model at a time, as in the other backends' kernels
         _REFERENCE[key] = build_reference(spec, scale, seed, cache_dir=cache_dir)
-    return reference_output(_REFERENCE[key], ids)
+    return _REFERENCE[key]
 
 
-REQUESTS = {"weights": weights_of, "output": output_of}
+def output_of(spec: ModelSpec, scale: str, seed: int, cache_dir: Path | None, ids: np.ndarray) -> np.ndarray:
+    """In the worker: eager PyTorch float32's output on `ids`."""
+    from benchlib.backends.pytorch import reference_output
+
+    return reference_output(reference_of(spec, scale, seed, cache_dir), ids)
+
+
+def tokens_of(spec: ModelSpec, scale: str, seed: int, cache_dir: Path | None, ids: np.ndarray, new_tokens: int) -> np.ndarray:
+    """In the worker: eager PyTorch float32's greedy `new_tokens` ids after the prompt `ids` (`pytorch.reference_tokens`)."""
+    from benchlib.backends.pytorch import reference_tokens
+
+    return reference_tokens(reference_of(spec, scale, seed, cache_dir), ids, new_tokens)
+
+
+REQUESTS = {"weights": weights_of, "output": output_of, "tokens": tokens_of}
 
 
 class PyTorchWorker:
@@ -72,6 +87,10 @@ class PyTorchWorker:
     def output(self, spec: ModelSpec, scale: str, seed: int, cache_dir: Path | None, ids: np.ndarray) -> np.ndarray:
         """Eager PyTorch float32's output of `spec` on `ids`."""
         return self._call("output", spec, scale, seed, cache_dir, np.asarray(ids))
+
+    def tokens(self, spec: ModelSpec, scale: str, seed: int, cache_dir: Path | None, ids: np.ndarray, new_tokens: int) -> np.ndarray:
+        """Eager PyTorch float32's greedy `new_tokens` ids (batch, new_tokens) of `spec` after the prompt `ids`."""
+        return self._call("tokens", spec, scale, seed, cache_dir, np.asarray(ids), new_tokens)
 
 
 def serve(requests: IO[bytes], answers: IO[bytes]) -> None:

@@ -1,6 +1,10 @@
 """ONNX Runtime: the PyTorch model exported to ONNX (once per model's weights, in the build cache; dynamic batch and sequence axes),
 run by `onnxruntime.InferenceSession` on the CPU with the graph optimisations asked for; int8 is the
 same export after `onnxruntime.quantization.quantize_dynamic` (weights int8, activations quantized per call).
+
+To generate (`workload: generate`), optimum-onnx exports the causal language model with its key/value cache as inputs and
+outputs (once per model's weights, in the build cache), and its `ORTModelForCausalLM` runs it in a session with the same
+options; int8 does not generate.
 """
 
 from __future__ import annotations
@@ -16,18 +20,24 @@ from pydantic import BaseModel, ConfigDict
 
 from benchlib.backends import BackendInfo, lazy_import, register
 from benchlib.backends._export import MODEL_FILE, Exported, ExportedBackend
+from benchlib.backends._optimum import TASK, generation_export, quiet
 from benchlib.backends.pytorch import build_reference
+from benchlib.machine import package_version
+from benchlib.status import Unsupported
 from benchlib.store.cache import Artefact, artefact, find, folder_bytes
 
 if TYPE_CHECKING:  # the catalogue sits above the backends: they are handed its entries
     from benchlib.config.catalogue import ModelSpec
 
 ort = lazy_import("onnxruntime")
+optimum_onnxruntime = lazy_import("optimum.onnxruntime")
 
 GRAPH_OPTIMIZATION = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
 PROTOBUF_LIMIT = 2**31  # an ONNX file over 2 GiB keeps its weights in external files
 INT8_FILE = "model.int8.onnx"
 INT8_KIND = "onnx-int8"
+GENERATE_KIND = "onnx-generate"
+INT8_GENERATION = "ONNX Runtime int8 generation is not measured: use cpu-openvino-int8, OpenVINO's int8 weight compression"
 
 
 class OnnxRuntimeOptions(BaseModel):
@@ -56,6 +66,19 @@ def quantized(onnx: Artefact, cache_dir: Path | None) -> Artefact:
     return artefact(INT8_KIND, onnx.label, int8_key(onnx), make, cache_dir)
 
 
+def with_past(spec: ModelSpec, scale: str, seed: int, cache_dir: Path | None) -> Artefact:
+    """The build cache's ONNX export of causal language model `spec` for generation (optimum-onnx's `main_export`, task
+    text-generation-with-past: the key/value cache as inputs and outputs), its opset optimum's default for the model."""
+
+    def make(source: Path, folder: Path) -> None:
+        from optimum.exporters.onnx import main_export
+
+        main_export(str(source), folder, task=TASK, do_validation=False, trust_remote_code=spec.trust_remote_code)
+
+    versions = {name: package_version(name) for name in ("optimum-onnx", "onnx")}
+    return generation_export(GENERATE_KIND, "onnx", spec, scale, seed, cache_dir, make, **versions)
+
+
 @dataclass
 class OnnxRuntimeBackend(ExportedBackend):
     """Runs catalogue models exported to ONNX with ONNX Runtime's CPU execution provider."""
@@ -71,9 +94,11 @@ class OnnxRuntimeBackend(ExportedBackend):
         self._session_options.log_severity_level = 3  # errors only
 
     def unsupported(self) -> str | None:
-        return None
+        return INT8_GENERATION if self.workload == "generate" and self.precision == "int8" else None
 
     def build(self, spec: ModelSpec, scale: str) -> Exported:
+        if self.workload == "generate":
+            return self.build_generation(spec, scale)
         reference, onnx = self.export(spec, scale)
         path = onnx.path / MODEL_FILE
         if self.precision == "int8":
@@ -86,6 +111,18 @@ class OnnxRuntimeBackend(ExportedBackend):
             path = int8.path / INT8_FILE
         session = ort.InferenceSession(str(path), self._session_options, providers=["CPUExecutionProvider"])
         return Exported(session, reference, path)
+
+    def build_generation(self, spec: ModelSpec, scale: str) -> Exported:
+        """optimum-onnx's `ORTModelForCausalLM` of the build cache's export with past (`with_past`), in a session with this
+        backend's options, beside its eager float32 reference (loaded after the export, never beside the exporter's copy)."""
+        if self.precision == "int8":
+            raise Unsupported(INT8_GENERATION)
+        onnx = with_past(spec, scale, self.seed, self.cache_dir)
+        reference = build_reference(spec, scale, self.seed, cache_dir=self.cache_dir)
+        causal_lm = optimum_onnxruntime.ORTModelForCausalLM  # imported before `quiet`
+        with quiet():
+            model = causal_lm.from_pretrained(onnx.path, session_options=self._session_options, provider="CPUExecutionProvider")
+        return Exported(model, reference, onnx.path / MODEL_FILE)
 
     def prepare(self, built: Exported, inputs: np.ndarray) -> Callable[[], Any]:
         session, feed = built.runner, {built.runner.get_inputs()[0].name: inputs}
@@ -106,7 +143,7 @@ class OnnxRuntimeBackend(ExportedBackend):
         }
 
     def versions(self) -> dict[str, str]:
-        return {"onnxruntime": ort.__version__}
+        return {"onnxruntime": ort.__version__, "optimum-onnx": str(package_version("optimum-onnx"))}
 
 
 INFO = register(
@@ -119,8 +156,8 @@ INFO = register(
         options=OnnxRuntimeOptions,
         make=lambda settings: settings.make(OnnxRuntimeBackend),
         model_class="pytorch",
-        versions=("onnxruntime", "onnx", "onnxscript", "torch"),
-        requires=("onnxruntime", "onnx"),  # torch.onnx.export(dynamo=False) writes the file with onnx
+        versions=("onnxruntime", "onnx", "onnxscript", "torch", "optimum", "optimum-onnx"),
+        requires=("onnxruntime", "onnx", "optimum-onnx"),  # torch.onnx.export(dynamo=False) writes the file with onnx; optimum-onnx exports to generate
         extra="onnxruntime",
         oom_messages=("Failed to allocate memory", "bad_alloc"),
     )

@@ -4,6 +4,15 @@
 
 Converting from the PyTorch model directly (`convert_model(model, example_input=...)`) fails for
 XLNet and XLM in openvino 2026.4 with transformers 4.57; their ONNX exports convert.
+
+int8 is OpenVINO's int8 weight compression (nncf's `compress_weights`, INT8_ASYM: int8 weights per output channel, f32
+inference), of the converted model for the forward pass. The CPU plugin's defaults apply otherwise: it may quantize the
+activations of the compressed matrix products per group as it runs (DYNAMIC_QUANTIZATION_GROUP_SIZE, recorded in the settings).
+
+To generate (`workload: generate`), optimum-intel exports the causal language model as a stateful OpenVINO model (its
+key/value cache kept inside the infer request; for int8, its weights compressed on export), once per model's weights in
+the build cache, and its `OVModelForCausalLM` compiles it with this backend's configuration, the key/value cache in the
+inference precision (by default the CPU plugin keeps it in a lower one: f16 or u8).
 """
 
 from __future__ import annotations
@@ -19,16 +28,23 @@ from pydantic import BaseModel, ConfigDict
 
 from benchlib.backends import BackendInfo, lazy_import, register
 from benchlib.backends._export import MODEL_FILE, Exported, ExportedBackend
-from benchlib.backends.pytorch import bfloat16_unsupported
+from benchlib.backends._optimum import generation_export, quiet
+from benchlib.backends.pytorch import bfloat16_unsupported, build_reference
+from benchlib.machine import package_version
 from benchlib.store.cache import Artefact, artefact
 
 if TYPE_CHECKING:  # the catalogue sits above the backends: they are handed its entries
     from benchlib.config.catalogue import ModelSpec
 
 ov = lazy_import("openvino")
+optimum_intel = lazy_import("optimum.intel")
 
-INFERENCE_PRECISION = {"float32": "f32", "bfloat16": "bf16"}
+INFERENCE_PRECISION = {"float32": "f32", "bfloat16": "bf16", "int8": "f32"}  # int8: the weights only
 IR_FILE = "model.xml"  # beside it, model.bin holds the weights
+GENERATE_FILE = "openvino_model.xml"  # optimum-intel's name
+INT8_KIND = "openvino-int8"
+GENERATE_KIND = "openvino-generate"
+READ_BACK: tuple[str, ...] = ("INFERENCE_NUM_THREADS", "INFERENCE_PRECISION_HINT", "PERFORMANCE_HINT", "NUM_STREAMS")
 
 
 def without_telemetry() -> None:
@@ -58,6 +74,37 @@ def converted(onnx: Artefact, cache_dir: Path | None) -> Artefact:
     return artefact("openvino", onnx.label, key, make, cache_dir)
 
 
+def compressed(ir: Artefact, cache_dir: Path | None) -> Artefact:
+    """The build cache's copy of the OpenVINO model `ir` with its weights compressed to int8 (nncf's `compress_weights`,
+    INT8_ASYM: per output channel, asymmetric), once per model and nncf version."""
+    key = {"openvino": ir.digest, "nncf": package_version("nncf"), "mode": "INT8_ASYM"}
+
+    def make(folder: Path) -> None:
+        import nncf
+
+        with quiet():
+            model = nncf.compress_weights(ov.Core().read_model(str(ir.path / IR_FILE)), mode=nncf.CompressWeightsMode.INT8_ASYM)
+        ov.save_model(model, str(folder / IR_FILE), compress_to_fp16=False)
+
+    return artefact(INT8_KIND, ir.label, key, make, cache_dir)
+
+
+def stateful(spec: ModelSpec, scale: str, seed: int, int8: bool, cache_dir: Path | None) -> Artefact:
+    """The build cache's OpenVINO model of causal language model `spec` for generation (optimum-intel's export, stateful),
+    its weights in f32, or with `int8` compressed to int8 (INT8_ASYM, per output channel)."""
+
+    def make(source: Path, folder: Path) -> None:
+        compression = {"quantization_config": optimum_intel.OVWeightQuantizationConfig(bits=8)} if int8 else {"load_in_8bit": False}
+        optimum_intel.OVModelForCausalLM.from_pretrained(
+            source, export=True, compile=False, use_cache=True, stateful=True, trust_remote_code=spec.trust_remote_code, **compression
+        ).save_pretrained(folder)
+
+    if int8:
+        import nncf  # noqa: F401  # its logger is made on import: before `quiet` turns the exporters' loggers down
+    versions = {name: package_version(name) for name in ("optimum-intel", "openvino", *(("nncf",) if int8 else ()))}
+    return generation_export(GENERATE_KIND, "openvino", spec, scale, seed, cache_dir, make, stateful=True, weights="int8_asym" if int8 else "f32", **versions)
+
+
 @dataclass
 class OpenVinoBackend(ExportedBackend):
     """Runs catalogue models with OpenVINO's CPU plugin."""
@@ -77,10 +124,26 @@ class OpenVinoBackend(ExportedBackend):
         return bfloat16_unsupported() if self.precision == "bfloat16" else None
 
     def build(self, spec: ModelSpec, scale: str) -> Exported:
+        if self.workload == "generate":
+            return self.build_generation(spec, scale)
         reference, onnx = self.export(spec, scale)
-        path = converted(onnx, self.cache_dir).path / IR_FILE
+        ir = converted(onnx, self.cache_dir)
+        path = (compressed(ir, self.cache_dir) if self.precision == "int8" else ir).path / IR_FILE
         self._compiled = self._core.compile_model(self._core.read_model(str(path)), "CPU", self._config)
         return Exported(self._compiled, reference, path)
+
+    def build_generation(self, spec: ModelSpec, scale: str) -> Exported:
+        """optimum-intel's `OVModelForCausalLM` of the build cache's stateful export (`stateful`), compiled with this backend's
+        configuration and the key/value cache in the inference precision, beside its eager float32 reference (loaded after
+        the export, never beside the exporter's copy)."""
+        exported = stateful(spec, scale, self.seed, self.precision == "int8", self.cache_dir)
+        reference = build_reference(spec, scale, self.seed, cache_dir=self.cache_dir)
+        config = {**self._config, "KV_CACHE_PRECISION": self._config["INFERENCE_PRECISION_HINT"]}
+        causal_lm = optimum_intel.OVModelForCausalLM  # imported before `quiet`
+        with quiet():
+            model = causal_lm.from_pretrained(exported.path, ov_config=config, compile=True, device="CPU")
+        self._compiled = model.request.get_compiled_model()
+        return Exported(model, reference, exported.path / GENERATE_FILE)
 
     def prepare(self, built: Exported, inputs: np.ndarray) -> Callable[[], Any]:
         request = built.runner.create_infer_request()
@@ -94,25 +157,31 @@ class OpenVinoBackend(ExportedBackend):
         asked = {"num_threads": self.num_threads, "inference_precision": self._config["INFERENCE_PRECISION_HINT"]}
         if self._compiled is None:  # before a model is compiled, what was asked for
             return {**asked, "performance_hint": self.options.performance_hint, "device": self.device}
-        read = {key: str(self._compiled.get_property(key)) for key in ("INFERENCE_NUM_THREADS", "INFERENCE_PRECISION_HINT", "PERFORMANCE_HINT", "NUM_STREAMS")}
+        read = {key: str(self._compiled.get_property(key)) for key in self.read_back()}
         return {**asked, **{key.lower(): value for key, value in read.items()}, "device": self.device}
 
+    def read_back(self) -> tuple[str, ...]:
+        """The compiled model's properties that `settings` reports: the key/value cache's precision where it generates, and
+        the group size of the activations' dynamic quantization where its weights are int8."""
+        generate = ("KV_CACHE_PRECISION",) if self.workload == "generate" else ()
+        return (*READ_BACK, *generate, *(("DYNAMIC_QUANTIZATION_GROUP_SIZE",) if self.precision == "int8" else ()))
+
     def versions(self) -> dict[str, str]:
-        return {"openvino": ov.get_version()}
+        return {"openvino": ov.get_version(), **{name: str(package_version(name)) for name in ("optimum-intel", "nncf")}}
 
 
 INFO = register(
     BackendInfo(
         framework="openvino",
-        description="OpenVINO: the ONNX export converted with openvino.convert_model and compiled for the CPU",
+        description="OpenVINO: the ONNX export converted with openvino.convert_model and compiled for the CPU (int8: nncf's weight compression)",
         modes=("compiled",),
-        precisions=("float32", "bfloat16"),
+        precisions=("float32", "bfloat16", "int8"),
         devices=("cpu",),  # OpenVINO's GPU plugin is for Intel GPUs
         options=OpenVinoOptions,
         make=lambda settings: settings.make(OpenVinoBackend),
         model_class="pytorch",
-        versions=("openvino", "onnx", "torch"),
-        requires=("openvino", "onnx"),  # it converts the ONNX export, which torch.onnx.export writes with onnx
+        versions=("openvino", "onnx", "torch", "optimum", "optimum-intel", "nncf"),
+        requires=("openvino", "onnx", "optimum-intel", "nncf"),  # the ONNX export is written with onnx; optimum-intel exports to generate; nncf compresses to int8
         extra="openvino",
         oom_messages=("bad_alloc", "Failed to allocate"),
     )

@@ -25,6 +25,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from benchlib.backends import BackendInfo, lazy_import, register
+from benchlib.backends._generate import Generator, transformers_generator
 from benchlib.machine import bfloat16_cpu_reason, cpu_flags, package_version
 from benchlib.store.cache import ENTRY_FILE, Artefact, artefact, compiler_cache, digest
 
@@ -157,6 +158,16 @@ def reference_output(reference: Any, input_ids: Any) -> np.ndarray:
         return as_array(reference(ids))
 
 
+def reference_tokens(reference: Any, input_ids: Any, new_tokens: int) -> np.ndarray:
+    """Eager PyTorch float32's greedy tokens after the prompt `input_ids` (a tensor or an array): (batch, new_tokens) ids,
+    with transformers' dynamic key/value cache (`_generate.transformers_generator`)."""
+    device = next(reference.parameters()).device
+    ids = torch.as_tensor(np.asarray(input_ids.cpu() if hasattr(input_ids, "cpu") else input_ids), dtype=torch.long, device=device)
+    with torch.inference_mode():
+        generator = transformers_generator(reference, ids)
+        return generator.new_ids(generator.generate(new_tokens))
+
+
 def bfloat16_unsupported(flags: set[str] | None = None) -> str | None:
     """Why bfloat16 would give a misleading number on this CPU, or None when it has the instructions."""
     return bfloat16_cpu_reason(cpu_flags() if flags is None else flags)
@@ -261,6 +272,32 @@ class PyTorchBackend:
 
     def reference_output(self, built: Built, inputs: Any) -> np.ndarray | None:
         return None if built.reference is None else reference_output(built.reference, inputs)
+
+    def generator(self, built: Built, inputs: Any) -> Generator:
+        """transformers' `generate` with its dynamic key/value cache; with `compile`, a static cache and the forward
+        compiled by `torch.compile` (transformers' way of compiling generation), compiled for this prompt from scratch."""
+        if self.mode == "torchscript":
+            raise Unsupported("TorchScript traces one forward pass of fixed shapes: transformers' generate cannot run a traced model")
+        model = built.model
+        if self.mode != "compile":
+            return transformers_generator(model, inputs, self.sync)
+        if not getattr(model, "_can_compile_fullgraph", False):
+            raise Unsupported(f"transformers' {type(model).__name__} has no static key/value cache to compile generation with")
+        torch._dynamo.reset()
+        compiled = torch.compile(model.forward, mode=self.options.compile_mode, dynamic=False, fullgraph=True)
+        eager = transformers_generator(model, inputs, self.sync, cache_implementation="static", disable_compile=True)
+
+        def generate(new_tokens: int) -> Any:
+            model.forward = compiled  # only during the call: the same module stays eager for the reference's tokens
+            try:
+                return eager.generate(new_tokens)
+            finally:
+                del model.forward
+
+        return Generator(generate, eager.new_ids, eager.clock)
+
+    def reference_tokens(self, built: Built, inputs: Any, new_tokens: int) -> np.ndarray | None:
+        return None if built.reference is None else reference_tokens(built.reference, inputs, new_tokens)
 
     def attn_implementation(self, built: Built) -> str:
         return str(getattr(built.config, "_attn_implementation", None) or "eager")

@@ -4,12 +4,21 @@ The model loads the same weights as every PyTorch-derived environment (`pytorch.
 without PyTorch), so that its output is compared with eager PyTorch float32's, which a worker process computes
 (`_reference.PyTorchWorker`). A model that PyTorch cannot build gets TensorFlow's own random weights, uncompared.
 `TF_USE_LEGACY_KERAS=1` (set by `benchlib` on import) makes transformers' TF models run on tf-keras.
+
+For `workload: generate`, transformers' `generate` of the language model head runs inside `tf.function`, with
+`jit_compile=True` in mode `xla`, as in Hugging Face's 2022 post "Faster Text Generation with TensorFlow and XLA": greedy,
+the key/value cache on, exactly n new tokens (`min_length` keeps the end of sequence away: TensorFlow's `generate` ignores
+`min_new_tokens`). The post pads prompts to a few fixed sizes so that XLA compiles few shapes; here every cell has one
+fixed prompt length, the fixed-size input the post pads to, so each cell is one shape, traced (and compiled) once per
+number of new tokens: the cell's, and 1, which the workload times the first token with. In a graph, transformers'
+`generate` cannot make a single token, so one token is `generate`'s first step (`first_token`) in a `tf.function` of its own.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import inspect
 import os
 import re
 from collections.abc import Callable
@@ -20,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from benchlib.backends import BackendInfo, lazy_import, register
+from benchlib.backends._generate import Generator, pad_token_id
 from benchlib.backends._reference import PyTorchWorker
 from benchlib.machine import package_version, usable_cores
 from benchlib.status import Unsupported
@@ -73,6 +83,7 @@ class TensorFlowBackend:
     num_interop_threads: int | None = None
     seed: int = 0
     cache_dir: Path | None = None  # the build cache (None: BENCHLIB_CACHE or the user's cache directory)
+    workload: str = "forward"  # "generate": models built for `generator` (the key/value cache on)
     framework: str = "tensorflow"
 
     def __post_init__(self) -> None:
@@ -101,7 +112,8 @@ class TensorFlowBackend:
         return None
 
     def build(self, spec: ModelSpec, scale: str) -> Built:
-        config = spec.build_config(scale, **spec.inference_config)
+        generating = {"use_cache": True} if self.workload == "generate" else {}  # over the catalogue's `use_cache: false`
+        config = spec.build_config(scale, **{**spec.inference_config, **generating})
         try:
             spec.transformers_class("tensorflow")
         except AttributeError as exc:
@@ -138,6 +150,35 @@ class TensorFlowBackend:
             return None  # TensorFlow's own random weights: not comparable with PyTorch's
         spec, scale = built.reference
         return self._worker.output(spec, scale, self.seed, self.cache_dir, inputs.numpy())
+
+    def generator(self, built: Built, inputs: tf.Tensor) -> Generator:
+        model = built.model
+        with tf.device(self._device):
+            mask = attention_mask(model, inputs)
+        if reason := cannot_generate(model, inputs, mask):
+            raise Unsupported(reason)
+        prompt_length = int(inputs.shape[1])
+        config = model.generation_config
+        jit = self.mode == "xla"
+        # Each traces (and in mode xla compiles) at its first call, `whole` once per number of new tokens (a Python int).
+        whole = tf.function(model.generate, jit_compile=jit)
+        first = tf.function(lambda ids, mask: first_token(model, ids, mask, config.eos_token_id), jit_compile=jit)
+
+        def generate(new_tokens: int) -> tf.Tensor:
+            if new_tokens == 1:
+                return first(inputs, mask)
+            return whole(
+                inputs, max_new_tokens=new_tokens, min_length=prompt_length + new_tokens, do_sample=False, num_beams=1,
+                use_cache=True, pad_token_id=pad_token_id(config), **mask,
+            )  # fmt: skip
+
+        return Generator(generate, lambda output: output[:, prompt_length:].numpy())
+
+    def reference_tokens(self, built: Built, inputs: tf.Tensor, new_tokens: int) -> np.ndarray | None:
+        if built.reference is None:
+            return None  # TensorFlow's own random weights: not comparable with PyTorch's
+        spec, scale = built.reference
+        return self._worker.tokens(spec, scale, self.seed, self.cache_dir, inputs.numpy(), new_tokens)
 
     def inference_context(self) -> contextlib.AbstractContextManager[Any]:
         """The device scope, entered once around a cell rather than in every timed call."""
@@ -177,6 +218,37 @@ class TensorFlowBackend:
             "cuda": str(build.get("cuda_version")),
             "cudnn": str(build.get("cudnn_version")),
         }
+
+
+def attention_mask(model: Any, ids: tf.Tensor) -> dict[str, tf.Tensor]:
+    """The attention mask of ones for `ids` as a keyword argument, where `model` takes one."""
+    return {"attention_mask": tf.ones_like(ids)} if "attention_mask" in inspect.signature(model.call).parameters else {}
+
+
+def cannot_generate(model: Any, ids: tf.Tensor, mask: dict[str, tf.Tensor]) -> str | None:
+    """Why transformers' `generate` of TensorFlow `model` cannot run inside `tf.function`, or None when it can."""
+    name = type(model).__name__
+    if not model.can_generate():
+        return f"{name} has no language model head to generate with (the causal-lm task has one)"
+    if not model.supports_xla_generation:
+        return f"transformers' {name} cannot generate inside tf.function"
+    if not model.prepare_inputs_for_generation(ids, use_cache=True, **mask):
+        return f"transformers' {name} cannot generate: its prepare_inputs_for_generation gives the model no inputs"
+    return None
+
+
+def first_token(model: Any, ids: tf.Tensor, mask: dict[str, tf.Tensor], eos_token_id: int | None) -> tf.Tensor:
+    """The step that `generate` starts with, which makes the first token: a forward pass over the prompt with the key/value
+    cache on, the end of sequence kept away, the greedy token; returned after the prompt, as `generate` returns its ids.
+    (In a graph, transformers' TensorFlow `generate` cannot make a single token: it pads the key/value cache for
+    max_length - prompt_length - 1 more tokens, which is then -1.)"""
+    from transformers import TFMinLengthLogitsProcessor
+
+    logits = model(**model.prepare_inputs_for_generation(ids, use_cache=True, **mask), return_dict=True).logits[:, -1]
+    prompt_length = int(ids.shape[1])
+    if eos_token_id is not None:
+        logits = TFMinLengthLogitsProcessor(prompt_length + 1, eos_token_id)(ids, logits, prompt_length)
+    return tf.concat([ids, tf.argmax(logits, axis=-1, output_type=ids.dtype)[:, None]], axis=1)
 
 
 def load_pytorch_weights(model: Any, folder: Path) -> None:

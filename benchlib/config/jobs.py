@@ -22,7 +22,7 @@ import yaml
 from pydantic import ValidationError
 
 from benchlib.config.catalogue import load_catalogue
-from benchlib.config.params import BenchmarkParams, ParameterError, format_validation_error
+from benchlib.config.params import BenchmarkParams, ParameterError, format_validation_error, problem_field
 from benchlib.machine import gpus
 from benchlib.paths import OUTPUTS_DIR, PARAMETERS_DIR
 from benchlib.store import layout
@@ -50,6 +50,14 @@ class EnvironmentJob:
     def cell_count(self) -> int:
         p = self.params
         return len(p.models) * len(p.batch_sizes) * len(p.sequence_lengths)
+
+    def describe(self) -> str:
+        """What this job measures, in one line: backend, device and the grid's size."""
+        p = self.params
+        lengths = f"{len(p.sequence_lengths)} sequence lengths"
+        if p.workload == "generate":
+            lengths = f"{len(p.sequence_lengths)} prompt lengths, generating {p.new_tokens} tokens"
+        return f"{p.framework}/{p.mode} on {p.device}, {self.cell_count} cells ({len(p.models)} models x {len(p.batch_sizes)} batch sizes x {lengths})"
 
     @property
     def executed_notebook(self) -> Path:
@@ -153,7 +161,7 @@ def make_job(
         return EnvironmentJob(name, BenchmarkParams(**values), sources)
     except ValidationError as error:
         lines = format_validation_error(error, source=name).splitlines()
-        fields = [str(problem["loc"][0]) if problem["loc"] else "" for problem in error.errors()]
+        fields = [problem_field(problem) for problem in error.errors()]
         raise ParameterError("\n".join(f"{line} (from {origin[f]})" if f in origin else line for line, f in zip(lines, fields))) from None
 
 

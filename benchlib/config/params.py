@@ -7,13 +7,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, ValidationInfo, field_validator, model_validator
 
 from benchlib.backends import PRECISIONS, backend_info, frameworks, modes
 from benchlib.config.catalogue import MODEL_SCALES, ModelSpec
 from benchlib.config.models import INPUTS, TASKS, WEIGHTS, ModelError, ModelRequest, resolve_model
 
 DEVICE_PATTERN = r"cpu|cuda(:\d+)?"
+WORKLOADS: tuple[str, ...] = ("forward", "generate")  # one forward pass (the study's); greedy generation of `new_tokens`
+GENERATE_TASK = "causal-lm"
 
 
 class BenchmarkParams(BaseModel):
@@ -31,6 +33,7 @@ class BenchmarkParams(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict, validate_default=True)
     num_threads: int | Literal["cores"] | None = None
     num_interop_threads: StrictInt | None = Field(default=None, ge=1)
+    workload: Literal[WORKLOADS] = "forward"  # type: ignore[valid-type]
     # How the models are found and loaded (config/models.py), set before `models` so that its validator sees them.
     weights: Literal[WEIGHTS] | None = None  # type: ignore[valid-type]  # None: pretrained for a folder or Hub id, random for the catalogue
     task: Literal[TASKS] | None = None  # type: ignore[valid-type]  # None: feature-extraction, or the checkpoint's own head
@@ -42,7 +45,9 @@ class BenchmarkParams(BaseModel):
     text_file: str | None = None  # inputs: text: the text to tokenize (None: the sample shipped with the kit)
     model_scale: Literal["full", "tiny"] = "full"
     batch_sizes: list[StrictInt] = Field(min_length=1)
-    sequence_lengths: list[StrictInt] = Field(min_length=1)
+    sequence_lengths: list[StrictInt] = Field(min_length=1)  # workload generate: the prompt lengths
+    prompt_lengths: list[StrictInt] | None = None  # workload generate: the prompt lengths (it needs them)
+    new_tokens: StrictInt = Field(default=32, ge=2)  # workload generate: tokens generated per call (two at least: a first and a next)
     warmup: StrictInt = Field(default=1, ge=0)
     warmup_max_seconds: float = Field(default=5.0, ge=0)
     repeat: int | Literal["auto"] = 30
@@ -57,6 +62,24 @@ class BenchmarkParams(BaseModel):
     current_round: StrictInt = Field(default=1, ge=1)
     memory_limit_gb: float | None = Field(default=None, gt=0)
     output_dir: str = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _workload(cls, values: Any) -> Any:
+        """A generate grid gives `prompt_lengths` (the cells' sequence lengths) and measures causal language models."""
+        if not isinstance(values, dict) or values.get("workload", "forward") != "generate":
+            if isinstance(values, dict) and values.get("prompt_lengths") is not None:
+                raise ValueError("prompt_lengths: only workload generate has prompts; a forward grid gives sequence_lengths")
+            return values
+        values = dict(values)
+        prompts, lengths = values.get("prompt_lengths"), values.get("sequence_lengths")
+        if prompts is None:
+            raise ValueError("workload: generate needs prompt_lengths, e.g. [32, 128]")
+        if lengths is not None and lengths != prompts:
+            raise ValueError("workload: generate takes prompt_lengths, not sequence_lengths (which this grid gives)")
+        if values.get("task") not in (None, GENERATE_TASK):
+            raise ValueError(f"task: workload generate needs task {GENERATE_TASK}, not {values['task']!r}")
+        return {**values, "sequence_lengths": prompts, "task": GENERATE_TASK}
 
     @field_validator("num_threads", mode="before")
     @classmethod
@@ -94,10 +117,10 @@ class BenchmarkParams(BaseModel):
             return repeat
         raise ValueError(f"must be a positive integer or 'auto', not {repeat!r}")
 
-    @field_validator("batch_sizes", "sequence_lengths")
+    @field_validator("batch_sizes", "sequence_lengths", "prompt_lengths")
     @classmethod
-    def _positive(cls, sizes: list[int]) -> list[int]:
-        if any(size < 1 for size in sizes):
+    def _positive(cls, sizes: list[int] | None) -> list[int] | None:
+        if sizes is not None and any(size < 1 for size in sizes):
             raise ValueError("sizes must be positive integers")
         return sizes
 
@@ -164,6 +187,10 @@ class BenchmarkParams(BaseModel):
         """The `ModelSpec` of `name`, one of `models`."""
         return resolve_model(name, self.model_request())
 
+    def positions(self, sequence_length: int) -> int:
+        """The positions a cell of `sequence_length` uses: the prompt and the generated tokens, or the sequence."""
+        return sequence_length + self.new_tokens if self.workload == "generate" else sequence_length
+
 
 MODEL_REQUEST_FIELDS: tuple[str, ...] = ("weights", "task", "trust_remote_code", "allow_pickle", "offline")
 
@@ -172,12 +199,22 @@ class ParameterError(ValueError):
     """Parameters that do not validate; the message is one line per problem."""
 
 
+def problem_field(problem: Mapping[str, Any]) -> str:
+    """The parameter a pydantic problem is about: its location, or for a check across fields the name its message starts with."""
+    if problem["loc"]:
+        return str(problem["loc"][0])
+    named = problem["msg"].removeprefix("Value error, ").partition(": ")[0]
+    return named if named in BenchmarkParams.model_fields else ""
+
+
 def format_validation_error(error: ValidationError, source: str = "parameters") -> str:
     """One line per problem: source, field and what is allowed."""
     lines = []
     for problem in error.errors():
         field = ".".join(str(part) for part in problem["loc"]) or "(parameters)"
         message = problem["msg"].removeprefix("Value error, ")
+        if not problem["loc"] and (named := problem_field(problem)):  # a check across fields names the one it is about
+            field, message = named, message.removeprefix(f"{named}: ")
         if problem["type"] == "extra_forbidden":
             message = f"unknown parameter; allowed: {', '.join(BenchmarkParams.model_fields)}"
         elif problem["type"] == "literal_error" and field == "model_scale":

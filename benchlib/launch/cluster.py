@@ -264,10 +264,7 @@ class ClusterRun:
                 self.report(f"{step} {job.name}: FAILED: {problem}")
                 outcomes[index] = EnvironmentOutcome(_outcome_name(job, rounds), False, 0.0, problem)
                 continue
-            self.report(
-                f"{step} {job.name}: {p.framework}/{p.mode} on {p.device}, {job.cell_count} cells "
-                f"({len(p.models)} models x {len(p.batch_sizes)} batch sizes x {len(p.sequence_lengths)} sequence lengths): queued"
-            )
+            self.report(f"{step} {job.name}: {job.describe()}: queued")
             tasks.append(_Task(job, index, step, rounds, *problem))
         return outcomes, tasks
 

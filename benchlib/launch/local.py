@@ -97,10 +97,7 @@ def run_jobs(
     for index, job in enumerate(schedule, start=1):
         p = job.params
         step = f"[{index}/{len(schedule)}]" + (f" round {p.current_round} of {rounds}:" if rounds > 1 else "")
-        report(
-            f"{step} {job.name}: {p.framework}/{p.mode} on {p.device}, {job.cell_count} cells "
-            f"({len(p.models)} models x {len(p.batch_sizes)} batch sizes x {len(p.sequence_lengths)} sequence lengths)"
-        )
+        report(f"{step} {job.name}: {job.describe()}")
         outcome = run_job(job, notebook, progress, max_restarts, force and p.current_round == 1, report)
         if rounds > 1:
             outcome = dataclasses.replace(outcome, name=f"{job.name} (round {p.current_round})")

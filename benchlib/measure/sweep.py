@@ -20,6 +20,7 @@ from benchlib.config.catalogue import ModelSpec
 from benchlib.config.models import has_tokenizer
 from benchlib.config.params import BenchmarkParams, validate_params
 from benchlib.measure.flops import analytic_flops, has_formula
+from benchlib.measure.generation import GenerationMeasurement, measure_generation
 from benchlib.measure.interference import METHOD as INTERFERENCE_METHOD
 from benchlib.measure.interference import InterferenceMeter, make_meter
 from benchlib.measure.memory import CellPeakMemory, imports_frozen
@@ -32,7 +33,7 @@ from benchlib.store.layout import results_path
 from benchlib.store.locking import environment_lock
 from benchlib.store.recovery import clear_in_flight, mark_in_flight, resolve_in_flight
 from benchlib.store.results import ResultsWriter, finished_cells, is_true, make_row, read_results, repair_results
-from benchlib.workloads import forward
+from benchlib.workloads import forward, generate
 from benchlib.workloads.agreement import Agreement
 from benchlib.workloads.inputs import cell_inputs, load_tokenizer
 
@@ -55,25 +56,57 @@ def timing_spec(params: BenchmarkParams) -> TimingSpec:
 def measure_cell(
     backend: Backend, model: Any, spec: ModelSpec, params: BenchmarkParams, batch_size: int, sequence_length: int,
     meter: InterferenceMeter | None = None,
-) -> tuple[str, Measurement | None, str, dict[str, Any]]:  # fmt: skip
-    """Time one cell on a built model: (status, measurement or None, reason, the row's input and agreement columns)."""
+) -> tuple[str, Measurement | GenerationMeasurement | None, str, dict[str, Any]]:  # fmt: skip
+    """Time one cell of the run's workload on a built model: (status, measurement or None, reason, the row's input and
+    agreement columns). A forward cell whose output is beyond the precision's tolerance is an `error`; generated tokens
+    that part from eager PyTorch float32's are reported in the row, not an error."""
     peak = CellPeakMemory(backend)
+    timed = _forward_cell if params.workload == "forward" else _generate_cell
     try:
         with backend.inference_context(), peak:
             ids = cell_inputs(spec, params.model_scale, params.inputs, params.text_file, batch_size, sequence_length, params.seed)
-            inputs = backend.as_inputs(ids.ids)
-            call, prepare_s, first_call_s = prepare_and_call_once(lambda: forward.prepare_call(backend, model, inputs), backend.sync)
-            measurement = measure(call, timing_spec(params), backend.sync, first_call_s=first_call_s, prepare_s=prepare_s, meter=meter)
-            compared = forward.compare(backend, model, inputs, call(), spec.task)
+            measurement, (state, reason), columns = timed(backend, model, spec, params, backend.as_inputs(ids.ids), meter)
         measurement = dataclasses.replace(measurement, peak_memory_bytes=peak.bytes)
     except Exception as exc:  # any failure ends this cell only
         return (*failure(exc, params, peak.bytes if backend.device == "cpu" else None), {})
-    columns = {"inputs": ids.kind}
+    return state, measurement, reason, {"inputs": ids.kind, **columns}
+
+
+def _forward_cell(
+    backend: Backend, model: Any, spec: ModelSpec, params: BenchmarkParams, inputs: Any, meter: InterferenceMeter | None
+) -> tuple[Measurement, tuple[str, str], dict[str, Any]]:
+    """One forward pass timed, and its output compared: (measurement, (status, reason), agreement columns)."""
+    call, prepare_s, first_call_s = prepare_and_call_once(lambda: forward.prepare_call(backend, model, inputs), backend.sync)
+    measurement = measure(call, timing_spec(params), backend.sync, first_call_s=first_call_s, prepare_s=prepare_s, meter=meter)
+    compared = forward.compare(backend, model, inputs, call(), spec.task)
     if compared is None:
-        return status.OK, measurement, "", columns
-    columns.update(agreement_metric=compared.metric, agreement=compared.value)
-    state, reason = within_tolerance(compared, params.precision)
-    return state, dataclasses.replace(measurement, max_abs_diff=compared.max_abs_diff), reason, columns
+        return measurement, (status.OK, ""), {}
+    columns = {"agreement_metric": compared.metric, "agreement": compared.value}
+    return dataclasses.replace(measurement, max_abs_diff=compared.max_abs_diff), within_tolerance(compared, params.precision), columns
+
+
+def _generate_cell(
+    backend: Backend, model: Any, spec: ModelSpec, params: BenchmarkParams, inputs: Any, meter: InterferenceMeter | None
+) -> tuple[GenerationMeasurement, tuple[str, str], dict[str, Any]]:
+    """Generation from the prompt `inputs` timed, and its first call's tokens compared: (measurement, (status, reason), {})."""
+    start = time.perf_counter()
+    generator = generate.prepare_generator(backend, model, inputs)
+    prepared = time.perf_counter()
+    output = generator.generate(params.new_tokens)
+    backend.sync(output)
+    first_call_s = time.perf_counter() - prepared
+    ids = generator.new_ids(output)
+    if ids.shape[1] != params.new_tokens:
+        raise RuntimeError(f"generate made {ids.shape[1]} tokens where {params.new_tokens} were asked")
+    batch_size = int(ids.shape[0])
+    measurement = measure_generation(
+        generator, params.new_tokens, batch_size, timing_spec(params), backend.sync, meter=meter, first_call_s=first_call_s,
+        prepare_s=prepared - start,
+    )  # fmt: skip
+    compared = generate.compare_tokens(backend, model, inputs, ids)
+    if compared is not None:
+        measurement = dataclasses.replace(measurement, token_agreement=compared[0], first_divergence=compared[1])
+    return measurement, (status.OK, ""), {}
 
 
 def within_tolerance(compared: Agreement, precision: str) -> tuple[str, str]:
@@ -112,8 +145,8 @@ def sweep_model(
     model, build_failure, attention, built = None, None, "", {}
     for batch_size, sequence_length in shapes:
         cell = (spec.name, batch_size, sequence_length)
-        if not spec.fits(sequence_length):
-            emit(cell, status.TOO_LONG, reason=f"longer than the model's maximum of {spec.max_sequence_length} positions")
+        if not spec.fits(params.positions(sequence_length)):
+            emit(cell, status.TOO_LONG, reason=too_long(spec, params, sequence_length))
         elif unsupported:
             emit(cell, status.UNSUPPORTED, reason=unsupported)
         else:
@@ -138,6 +171,16 @@ def sweep_model(
             emit(cell, state, measurement, reason, attn_implementation=attention, **built, **columns)
     del model
     backend.free()
+
+
+def too_long(spec: ModelSpec, params: BenchmarkParams, sequence_length: int) -> str:
+    """The reason of a cell longer than the model's positions."""
+    if params.workload == "generate":
+        return (
+            f"a prompt of {sequence_length} and {params.new_tokens} new tokens need {params.positions(sequence_length)} positions, "
+            f"beyond the model's maximum of {spec.max_sequence_length}"
+        )  # fmt: skip
+    return f"longer than the model's maximum of {spec.max_sequence_length} positions"
 
 
 def build_cost(seconds: float, artefacts: list[Artefact]) -> dict[str, Any]:
@@ -171,9 +214,9 @@ def import_model_code(spec: ModelSpec, params: BenchmarkParams) -> None:
         pass
 
 
-def first_to_build(spec: ModelSpec, shapes: list[tuple[int, int]]) -> Cell | None:
+def first_to_build(spec: ModelSpec, params: BenchmarkParams, shapes: list[tuple[int, int]]) -> Cell | None:
     """The first of `shapes` for which `sweep_model` builds the model (it fits the model), or None."""
-    return next(((spec.name, b, s) for b, s in shapes if spec.fits(s)), None)
+    return next(((spec.name, b, s) for b, s in shapes if spec.fits(params.positions(s))), None)
 
 
 def cells_to_remeasure(rows: pd.DataFrame, grid: list[Cell], attempt: int) -> list[Cell]:
@@ -222,7 +265,7 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
 
     backend = load_backend(
         params.framework, params.mode, params.device, params.num_threads, params.num_interop_threads,
-        precision=params.precision, options=params.options, seed=params.seed,
+        precision=params.precision, options=params.options, seed=params.seed, workload=params.workload,
     )  # fmt: skip
     meter = make_meter()
     description = describe_environment(params.model_dump(), backend.settings(), backend.versions(), versions_of(params.framework))
@@ -253,7 +296,8 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
             spec = params.model_spec(model)
             return {
                 **environment, "model": model, "task": spec.task, "weights": spec.weights, "batch_size": batch_size,
-                "sequence_length": sequence_length, **now,
+                "sequence_length": sequence_length, "workload": params.workload,
+                "new_tokens": params.new_tokens if params.workload == "generate" else "", **now,
             }  # fmt: skip
 
         def begin(cell: Cell, probing: bool = False) -> None:
@@ -261,11 +305,12 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
             mark_in_flight(output_dir, {**row_of(cell), "probe_s": ""} if probing else row_of(cell))
             bar.set_postfix_str(f"{cell[0]} {cell[1]}x{cell[2]}")
 
-        def emit(cell: Cell, state: str, measurement: Measurement | None = None, reason: str = "", **build: Any) -> None:
+        def emit(cell: Cell, state: str, measurement: Measurement | GenerationMeasurement | None = None, reason: str = "", **build: Any) -> None:
             interference = measurement.interference if measurement else None
             disturbed = interference.disturbed(params.max_interference) if interference else ""
             spec = params.model_spec(cell[0])
-            flops = analytic_flops(spec, params.model_scale, cell[1], cell[2]) if measurement and has_formula(spec) else ""
+            forward_pass = measurement and params.workload == "forward" and has_formula(spec)  # generation's FLOPs are not counted
+            flops = analytic_flops(spec, params.model_scale, cell[1], cell[2]) if forward_pass else ""
             row = {**row_of(cell), "disturbed": disturbed, "flops": flops, **build}
             writer.append(make_row(row, state, measurement, reason))
             clear_in_flight(output_dir)
@@ -277,7 +322,7 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
                 spec = params.model_spec(name)
                 shapes = [(b, s) for model, b, s in cells if model == name]
                 # A kernel that dies in the probe or while building the model leaves a record of the cell it was working towards.
-                if not unsupported[name] and (first := first_to_build(spec, shapes)) is not None:
+                if not unsupported[name] and (first := first_to_build(spec, params, shapes)) is not None:
                     begin(first, probing=True)
                 now["probe_s"] = probe(f"before {name}{label}")
                 sweep_model(backend, spec, params, shapes, emit, begin, meter, unsupported[name])

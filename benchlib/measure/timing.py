@@ -205,22 +205,44 @@ def stop_reason(running: stats.RunningMean, spec: TimingSpec, elapsed_s: float) 
     return None
 
 
-def _take_samples(call: Callable[[], Any], spec: TimingSpec, sync: Sync, clock: Clock) -> tuple[list[float], str]:
-    """Samples of `spec.number` back-to-back calls, and why sampling stopped."""
+def take_samples(take: Callable[[], float], spec: TimingSpec, clock: Clock = time.perf_counter) -> tuple[list[float], str]:
+    """Samples from `take` (one sample's seconds per call): a fixed `spec.repeat`, or with `repeat="auto"` until
+    `stop_reason` says; and why sampling stopped."""
     samples: list[float] = []
     if not spec.adaptive:
         for _ in range(spec.repeat):
-            samples.append(_sample(call, spec.number, sync, clock)[0])
+            samples.append(take())
         return samples, FIXED
     running = stats.RunningMean()
     began = clock()
     while True:
-        per_call, end = _sample(call, spec.number, sync, clock)
+        per_call = take()
         samples.append(per_call)
         running.add(per_call)
-        reason = stop_reason(running, spec, end - began)
+        reason = stop_reason(running, spec, clock() - began)
         if reason:
             return samples, reason
+
+
+def sampled(
+    take: Callable[[], float], warm_call: Callable[[], Any], spec: TimingSpec, sync: Sync = no_sync, clock: Clock = time.perf_counter,
+    meter: InterferenceMeter | None = None,
+) -> tuple[list[float], str, int, Interference | None]:  # fmt: skip
+    """The protocol every workload's cell is timed with: `meter` started, `warm_call` warmed up until stable (`warm_up`),
+    samples from `take` with garbage collection off (`take_samples`), `meter` read. Returns (samples, why sampling
+    stopped, warm-up calls, interference)."""
+    if meter is not None:
+        meter.start()
+    warmup_calls = warm_up(warm_call, spec, sync, clock)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        samples, reason = take_samples(take, spec, clock)
+        interference = meter.stop() if meter is not None else None
+    finally:
+        if collecting:
+            gc.enable()
+    return samples, reason, warmup_calls, interference
 
 
 def measure(
@@ -241,17 +263,7 @@ def measure(
     before the warm-up and after the last sample: the cell's calls in steady state, a window
     long enough for the counters' clock ticks even when the samples alone are a few milliseconds.
     """
-    if meter is not None:
-        meter.start()
-    warmup_calls = warm_up(call, spec, sync, clock)
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        samples, reason = _take_samples(call, spec, sync, clock)
-        interference = meter.stop() if meter is not None else None
-    finally:
-        if collecting:
-            gc.enable()
+    samples, reason, warmup_calls, interference = sampled(lambda: _sample(call, spec.number, sync, clock)[0], call, spec, sync, clock, meter)
     return Measurement(
         samples_s=tuple(samples), number=spec.number, first_call_s=first_call_s, stop_reason=reason,
         prepare_s=prepare_s, warmup_calls=warmup_calls, interference=interference,

@@ -23,19 +23,15 @@ from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter  # noqa
 from benchlib import status  # noqa: E402
 from benchlib.analysis import significance  # noqa: E402
 from benchlib.analysis.comparisons import paired_cells  # noqa: E402
-from benchlib.analysis.runs import NOT_MEASURED, prepare, shape_name  # noqa: E402
+from benchlib.analysis.runs import GENERATE, NOT_MEASURED, by_workload, prepare, shape_name  # noqa: E402
 from benchlib.store.layout import figure_path  # noqa: E402
 
 
-def time_vs_sequence(rows: pd.DataFrame) -> Figure:
-    """Time per call (`time_s`: the median over rounds of each round's median) against sequence length:
-    one panel per model and batch size, one line per environment, log scales."""
-    ok = prepare(rows)
-    ok = ok[ok["status"] == status.OK]
-    if ok.empty:
-        raise ValueError("rows: no ok cell to plot")
+def _against_length(ok: pd.DataFrame, y: str, labels: tuple[str, str], title: str, style: str | None = None) -> Figure:
+    """`y` against `sequence_length` in `ok` rows: one panel per model and batch size, one line per environment
+    (and per `style`), log scales, the x axis ticked at the lengths measured, `labels` on the axes."""
     grid = sns.relplot(
-        data=ok, x="sequence_length", y="time_s", hue="environment", row="model", col="batch_size",
+        data=ok, x="sequence_length", y=y, hue="environment", style=style, row="model", col="batch_size",
         kind="line", marker="o", height=2.2, aspect=1.5, facet_kws={"sharey": "row", "margin_titles": True},
     )  # fmt: skip
     lengths = sorted(ok["sequence_length"].unique())
@@ -45,12 +41,38 @@ def time_vs_sequence(rows: pd.DataFrame) -> Figure:
         ax.xaxis.set_major_locator(FixedLocator(lengths))
         ax.xaxis.set_major_formatter(ScalarFormatter())
         ax.xaxis.set_minor_locator(NullLocator())
-    grid.set_axis_labels("sequence length (tokens)", "time per call (s)")
+    grid.set_axis_labels(*labels)
     grid.set_titles(row_template="{row_name}", col_template="batch size {col_name}")
     sns.move_legend(grid, "lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(4, ok["environment"].nunique()), frameon=False)
-    grid.figure.suptitle("Inference time against sequence length (cells with status ok)", y=1.04)
+    grid.figure.suptitle(title, y=1.04)
     plt.close(grid.figure)
     return grid.figure
+
+
+def time_vs_sequence(rows: pd.DataFrame) -> Figure:
+    """Time per call (`time_s`: the median over rounds of each round's median) against sequence length:
+    one panel per model and batch size, one line per environment, log scales."""
+    ok = prepare(rows)
+    ok = ok[ok["status"] == status.OK]
+    if ok.empty:
+        raise ValueError("rows: no ok cell to plot")
+    return _against_length(ok, "time_s", ("sequence length (tokens)", "time per call (s)"), "Inference time against sequence length (cells with status ok)")
+
+
+def tpot_vs_prompt_length(rows: pd.DataFrame) -> Figure:
+    """A generate cell's time per output token after the first (`tpot_s`, median over its steps) against prompt length:
+    one panel per model and batch size, one line per environment (a style per count of new tokens where there are
+    several), log scales. Forward rows are left out."""
+    ok = prepare(by_workload(rows, GENERATE))
+    ok["tpot_s"] = pd.to_numeric(ok["tpot_s"], errors="coerce") if "tpot_s" in ok else np.nan
+    ok = ok[(ok["status"] == status.OK) & ok["tpot_s"].notna()]
+    if ok.empty:
+        raise ValueError("rows: no ok generate cell with a time per output token to plot")
+    return _against_length(
+        ok, "tpot_s", ("prompt length (tokens)", "time per output token (s)"),
+        "Time per output token after the first against prompt length (generate cells with status ok)",
+        style="new_tokens" if ok["new_tokens"].nunique() > 1 else None,
+    )  # fmt: skip
 
 
 def ratio_heatmap(rows: pd.DataFrame) -> Figure:

@@ -59,7 +59,7 @@ def _display_notes(notes: list[str]) -> None:
 
 def _caption_value(value: object) -> str:
     """A value for a table's caption: floats to 4 significant digits, `none` for a blank."""
-    if value is None or value == "" or (isinstance(value, float) and pd.isna(value)):
+    if value is None or value is pd.NA or value == "" or (isinstance(value, float) and pd.isna(value)):
         return "none"
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 

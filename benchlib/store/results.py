@@ -27,7 +27,11 @@ COLUMNS: tuple[str, ...] = (
     "attempt", "interference", "disturbed", "probe_s", "warmup_calls", "prepare_s", "attn_implementation", "round",
     "flops", "precision", "max_abs_diff", "options", "build_s", "export_s", "cold_export_s", "cached",
     "task", "weights", "inputs", "agreement_metric", "agreement",
+    "workload", "new_tokens", "generate_s", "ttft_s", "ttft_samples_s", "tpot_s", "tpot_p90_s", "tpot_samples_s",
+    "tokens_per_s", "token_agreement", "first_divergence", "token_clock",
 )  # fmt: skip
+# Columns that hold a JSON list of seconds per sample, read back as lists.
+SAMPLE_COLUMNS: tuple[str, ...] = ("samples_s", "ttft_samples_s", "tpot_samples_s")
 CELL_KEY: tuple[str, ...] = ("model", "batch_size", "sequence_length")
 # A cell measured in one round: rows of a file written before rounds existed are round 1.
 ROUND_KEY: tuple[str, ...] = (*CELL_KEY, "round")
@@ -88,7 +92,7 @@ class ResultsWriter:
 
 
 def read_results(path: str | os.PathLike[str], every_attempt: bool = False) -> pd.DataFrame:
-    """The rows of a results.csv (or of `<path>/results.csv`), `samples_s` parsed to lists.
+    """The rows of a results.csv (or of `<path>/results.csv`), the SAMPLE_COLUMNS parsed to lists.
 
     A cell measured more than once (a disturbed cell measured again) has one row per attempt in
     the file; by default only the kept one is returned (`kept_attempts`), with `attempts` added.
@@ -100,8 +104,14 @@ def read_results(path: str | os.PathLike[str], every_attempt: bool = False) -> p
     frame["reason"] = frame["reason"].fillna("")
     frame["precision"] = frame["precision"].astype(object).fillna("float32")  # files written before precisions existed
     frame["round"] = pd.to_numeric(frame["round"], errors="coerce").fillna(1).astype(int)
-    frame["samples_s"] = [json.loads(s) if isinstance(s, str) and s else [] for s in frame["samples_s"]]
+    for column in SAMPLE_COLUMNS:
+        frame[column] = _json_lists(frame[column])
     return frame if every_attempt else kept_attempts(frame)
+
+
+def _json_lists(values: pd.Series) -> list[list[float]]:
+    """Each JSON list of a column, parsed (an empty list where blank)."""
+    return [json.loads(value) if isinstance(value, str) and value else [] for value in values]
 
 
 def kept_attempts(rows: pd.DataFrame) -> pd.DataFrame:

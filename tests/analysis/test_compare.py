@@ -233,3 +233,16 @@ def test_runs_from_before_the_build_cache_and_rounds_still_compare(tmp_path) -> 
     comparison = compare.compare_runs(tmp_path / "a", tmp_path / "b")
     env = comparison.environments.iloc[0]
     assert env.verdict == "no clear difference" and env.geomean_change == 0 and env.threshold == compare.DEFAULT_THRESHOLD
+
+
+def test_a_generate_cell_is_never_compared_with_a_forward_cell_of_the_same_shape(tmp_path):
+    """Runs A (forward) and B (generation) of the same environment and shapes: no cell is in both, none is compared."""
+    a = write_run(tmp_path / "a", {cell: tight(0.1, seed=i) for i, cell in enumerate(CELLS)})
+    b = write_run(tmp_path / "b", {cell: tight(0.5, seed=i) for i, cell in enumerate(CELLS)}, environment="cpu-pytorch")
+    results = b / "cpu-pytorch" / "results.csv"
+    frame = pd.read_csv(results, keep_default_na=False)
+    frame["workload"] = "generate"
+    frame.to_csv(results, index=False)
+    cells = compare.compare_runs(a, b).cells
+    assert sorted(cells["workload"]) == ["forward"] * len(CELLS) + ["generate"] * len(CELLS)
+    assert set(cells["verdict"]) == {compare.NOT_COMPARED}

@@ -112,8 +112,8 @@ def test_each_backends_extra_installs_what_it_requires():
     declared = {info.framework: info for info in backends.registry().values()}
     assert {framework: (info.extra, info.requires) for framework, info in declared.items() if info.requires} == {
         "tensorflow": ("tensorflow", ("tensorflow", "tf-keras")),
-        "onnxruntime": ("onnxruntime", ("onnxruntime", "onnx")),
-        "openvino": ("openvino", ("openvino", "onnx")),
+        "onnxruntime": ("onnxruntime", ("onnxruntime", "onnx", "optimum-onnx")),
+        "openvino": ("openvino", ("openvino", "onnx", "optimum-intel", "nncf")),
     }
     for info in declared.values():
         assert set(info.requires) <= extras.get(info.extra, set()) if info.requires else info.extra is None, info.framework

@@ -31,6 +31,12 @@ CASES = {
     "negative remeasure": ({"remeasure": -1}, "remeasure: Input should be greater than or equal to 0"),
     "negative warm-up time": ({"warmup_max_seconds": -1}, "warmup_max_seconds: Input should be greater than or equal to 0"),
     "unknown key": ({"batch_size": [1]}, "batch_size: unknown parameter; allowed: environment, framework, mode"),
+    "unknown workload": ({"workload": "train"}, "workload: Input should be 'forward' or 'generate'"),
+    "generate without prompts": ({"workload": "generate"}, "workload: generate needs prompt_lengths, e.g. [32, 128]"),
+    "generate with sequence lengths": ({"workload": "generate", "prompt_lengths": [8]}, "workload: generate takes prompt_lengths, not sequence_lengths (which this grid gives)"),
+    "generate with another task": ({"workload": "generate", "prompt_lengths": [8, 300], "task": "fill-mask"}, "task: workload generate needs task causal-lm, not 'fill-mask'"),
+    "prompts in a forward grid": ({"prompt_lengths": [8]}, "prompt_lengths: only workload generate has prompts; a forward grid gives sequence_lengths"),
+    "one new token": ({"new_tokens": 1}, "new_tokens: Input should be greater than or equal to 2"),
 }
 
 

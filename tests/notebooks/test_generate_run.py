@@ -1,0 +1,93 @@
+"""`workload: generate` end to end: `python -m benchlib run --grid generate-smoke --environments generate`, each
+environment the benchmark notebook executed by papermill, on a tiny catalogue GPT-2 and a user's Llama folder (its own
+weights and tokenizer), then the summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from benchlib import read_results
+from benchlib.backends.pytorch import bfloat16_unsupported
+from benchlib.config.jobs import environment_sets
+from benchlib.paths import PARAMETERS_DIR
+from benchlib.status import OK, UNSUPPORTED
+from tests.conftest import NetworkBlock, RunCli
+
+GRID = yaml.safe_load((PARAMETERS_DIR / "grids" / "generate-smoke.yaml").read_text(encoding="utf-8"))
+GENERATING = environment_sets()["generate"]
+# Float32 environments other than the baseline: their greedy tokens are eager PyTorch float32's.
+FLOAT32 = ["cpu-torch-compile", "cpu-onnxruntime", "cpu-openvino", "cpu-tensorflow", "cpu-tensorflow-xla"]
+
+
+@pytest.fixture(scope="module")
+def generate_run(tmp_path_factory: pytest.TempPathFactory, run_cli: RunCli, network_blocked: NetworkBlock, user_models: dict[str, Path]) -> Path:
+    run_dir = tmp_path_factory.mktemp("generate-run")
+    models = ["distilgpt2", str(user_models["llama"])]
+    completed = run_cli(
+        "run", "--grid", "generate-smoke", "--environments", "generate", "--models", ",".join(models), "--out", str(run_dir),
+        "--quiet", env=network_blocked.env,
+    )  # fmt: skip
+    assert completed.returncode == 0, f"generate run failed:\n{completed.stdout}\n{completed.stderr}"
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def rows(generate_run: Path) -> pd.DataFrame:
+    return pd.concat([read_results(generate_run / environment) for environment in GENERATING], ignore_index=True)
+
+
+@pytest.mark.e2e
+def test_every_generating_environment_has_one_row_per_cell_ok_or_unsupported_with_a_reason(rows: pd.DataFrame) -> None:
+    cells = rows.groupby("environment").size()
+    assert set(cells.index) == set(GENERATING) and (cells == 2 * len(GRID["prompt_lengths"])).all()
+    assert set(rows["status"]) <= {OK, UNSUPPORTED} and rows.loc[rows["status"] != OK, "reason"].str.len().gt(0).all()
+    assert set(rows["workload"]) == {"generate"} and set(rows["new_tokens"]) == {GRID["new_tokens"]} and set(rows["task"]) == {"causal-lm"}
+    ok = rows[rows["status"] == OK].set_index(["environment", "model"])
+    for environment in set(GENERATING) - {"cpu-pytorch-bf16", "cpu-openvino-bf16"} - {"cpu-tensorflow", "cpu-tensorflow-xla"}:
+        assert len(ok.loc[environment]) == 2, environment  # both models, the user's Llama too
+    for environment in ("cpu-tensorflow", "cpu-tensorflow-xla"):  # transformers has GPT-2 in TensorFlow, not Llama
+        assert list(ok.loc[environment].index) == ["distilgpt2"]
+        llama = rows[(rows["environment"] == environment) & (rows["model"] != "distilgpt2")]
+        assert (llama["status"] == UNSUPPORTED).all() and llama["reason"].str.contains("no TensorFlow Llama").all()
+    if reason := bfloat16_unsupported():
+        assert set(rows.loc[rows["precision"] == "bfloat16", "reason"]) == {reason}
+
+
+@pytest.mark.e2e
+def test_the_figures_of_a_generate_cell_are_consistent(rows: pd.DataFrame) -> None:
+    ok = rows[rows["status"] == OK]
+    assert (ok["ttft_s"] > 0).all() and (ok["ttft_s"] < ok["generate_s"]).all() and (ok["tpot_s"] > 0).all()
+    assert (ok["tpot_s"] <= ok["tpot_p90_s"]).all() and (ok["generate_s"] == ok["median_s"]).all()
+    assert ((ok["tokens_per_s"] - ok["batch_size"] * ok["new_tokens"] / ok["generate_s"]).abs() < 1e-6 * ok["tokens_per_s"]).all()
+    assert all(len(samples) == repeat for samples, repeat in zip(ok["ttft_samples_s"], ok["repeat"]))
+    clocks = ok.groupby("framework")["token_clock"].agg(set)
+    assert clocks.pop("tensorflow") == {"two calls"} and all(clock == {"each step"} for clock in clocks)
+    assert ok["flops"].isna().all()  # a forward pass's FLOPs are not a generate call's
+
+
+@pytest.mark.e2e
+def test_float32_environments_generate_eager_pytorchs_tokens(rows: pd.DataFrame) -> None:
+    ok = rows[rows["status"] == OK].set_index("environment")
+    assert ok.loc["cpu-pytorch", "token_agreement"].isna().all()  # the baseline itself
+    for environment in FLOAT32:
+        cells = ok.loc[[environment]]
+        assert (cells["token_agreement"] == 1.0).all() and cells["first_divergence"].isna().all(), environment
+    reduced = ok[ok["precision"] != "float32"]
+    assert reduced["token_agreement"].between(0, 1).all()  # reported, whatever it is
+
+
+@pytest.mark.e2e
+def test_the_summary_of_a_generate_run_has_the_generation_section(generate_run: Path) -> None:
+    tables = generate_run / "tables"
+    for name in ("generation", "generation_speedups", "generation_ttft_speedups", "generation_fastest", "claims_2022"):
+        assert (tables / f"{name}.csv").is_file(), name
+    assert (generate_run / "figures" / "tpot_vs_prompt_length.png").stat().st_size > 0
+    speedups = pd.read_csv(tables / "generation_speedups.csv")
+    assert set(speedups["environment"]) <= set(GENERATING) and "cpu-pytorch" in set(speedups["environment"])
+    claims = pd.read_csv(tables / "claims_2022.csv")
+    assert len(claims) == 2 and set(claims["holds"]) <= {"holds", "does not hold", "inconclusive", "not checked"}
+    assert not (tables / "framework_averages.csv").is_file() or pd.read_csv(tables / "framework_averages.csv").empty  # no forward cell
