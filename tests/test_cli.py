@@ -38,7 +38,7 @@ def test_shipped_parameter_files_all_validate(tmp_path: Path) -> None:
     assert (article.batch_sizes, article.sequence_lengths) == ([1, 2, 4, 8], [8, 64, 128, 256, 512, 1024])
     assert (article.repeat, article.number, article.model_scale) == (30, 3, "full")
     generating = environment_sets()["generate"]
-    for grid, models, prompts in (("generate-quick", 3, [32, 128]), ("generate-article", 6, [32, 128, 512]), ("generate-smoke", 2, [8])):
+    for grid, models, prompts in (("generate-quick", 2, [32, 128]), ("generate-article", 6, [32, 128, 512]), ("generate-smoke", 2, [8])):
         jobs = plan_run(tmp_path, grid, generating)
         assert [job.name for job in jobs] == generating and all(len(job.params.models) == models for job in jobs)
         assert {(job.params.workload, job.params.task, tuple(job.params.prompt_lengths)) for job in jobs} == {("generate", "causal-lm", tuple(prompts))}
