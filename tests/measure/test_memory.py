@@ -52,7 +52,9 @@ def test_bigger_input_bigger_peak_on_a_real_tensorflow_cell(tmp_path):
     """)
     peak = {(b, s): p for b, s, state, p in rows if state == "ok"}
     assert len(peak) == 4
-    assert peak[(32, 512)] > max(peak[(1, 8)], peak[(1, 512)], peak[(32, 8)]) + 16 * MIB
+    # The kernel's first cell (1x8) also holds TensorFlow's one-time allocations (its first trace: up to about 90 MB more
+    # in some runs), so the largest input is compared with the later cells.
+    assert peak[(32, 512)] > max(peak[(1, 512)], peak[(32, 8)]) + 16 * MIB
 
 
 @pytest.mark.parametrize("method", ["clear_refs", "sampling"])
