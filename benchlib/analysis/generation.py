@@ -132,10 +132,6 @@ def claims_2022(rows: pd.DataFrame) -> pd.DataFrame:
 # ---------------------------------------------------------------- findings
 
 
-def _times(value: float) -> str:
-    return f"{value:.2f}x"
-
-
 def _fastest_sentence(where: str, whole: pd.DataFrame, ttft: pd.DataFrame) -> str:
     """The fastest generating environment of one device, machine and count of new tokens (`generation_speedups` rows,
     fastest first, on the whole call and on the first token) against the baseline."""
@@ -145,13 +141,13 @@ def _fastest_sentence(where: str, whole: pd.DataFrame, ttft: pd.DataFrame) -> st
     if baseline_first:
         sentence = (
             f"{where}, {base} generates the most tokens per second; the next, {top['environment']}, reaches "
-            f"{_times(top['speedup'])} of its rate ({speedups.interval_text(top)})"
+            f"{speedups.times_text(top['speedup'])} of its rate ({speedups.interval_text(top)})"
         )
     else:
-        sentence = f"{where}, the fastest environment is {top['environment']}: {_times(top['speedup'])} the tokens per second of {base} ({speedups.interval_text(top)})"
+        sentence = f"{where}, the fastest environment is {top['environment']}: {speedups.times_text(top['speedup'])} the tokens per second of {base} ({speedups.interval_text(top)})"
     first = ttft[ttft["environment"] == top["environment"]]
     if len(first) and first["cells"].iloc[0] > 0:
-        sentence += f"; its first token comes {_times(first['speedup'].iloc[0])} as fast ({first['verdict'].iloc[0]})"
+        sentence += f"; its first token comes {speedups.times_text(first['speedup'].iloc[0])} as fast ({first['verdict'].iloc[0]})"
     return sentence + "."
 
 
@@ -173,7 +169,7 @@ def _claims_sentences(claims: pd.DataFrame) -> list[str]:
     sentences = []
     for (device, machine, new_tokens), group in claims.groupby(["device", "machine", "new_tokens"], sort=False, dropna=False):
         parts = [
-            f"“{row.claim.split(' (')[0]}” {row.holds}" + (f" ({_times(row.value_this_run)})" if row.holds != NOT_CHECKED else f" ({row.detail})")
+            f"“{row.claim.split(' (')[0]}” {row.holds}" + (f" ({speedups.times_text(row.value_this_run)})" if row.holds != NOT_CHECKED else f" ({row.detail})")
             for row in group.itertuples()
         ]  # fmt: skip
         where = f"on {device} ({machine}), generating {new_tokens:g} tokens" if machine else "here"

@@ -127,13 +127,14 @@ def fastest(rows: pd.DataFrame) -> pd.DataFrame:
 # ---------------------------------------------------------------- findings
 
 
-def _times(speedup: float) -> str:
+def times_text(speedup: float) -> str:
+    """A speed-up or ratio in words: `1.23x`."""
     return f"{speedup:.2f}x"
 
 
 def interval_text(row: pd.Series) -> str:
     """A speed-up's interval and verdict, in words."""
-    return f"95% interval {_times(row['ci95_low'])} to {_times(row['ci95_high'])} over {row['cells']} cells ok in both; verdict: {row['verdict']}"
+    return f"95% interval {times_text(row['ci95_low'])} to {times_text(row['ci95_high'])} over {row['cells']} cells ok in both; verdict: {row['verdict']}"
 
 
 def leader(table: pd.DataFrame) -> tuple[str, pd.Series | None, bool]:
@@ -154,8 +155,8 @@ def _overall_sentence(where: str, table: pd.DataFrame) -> str:
         return f"{where}, no environment has cells ok in both it and {base}: there is no speed-up to report."
     interval = interval_text(top)
     if baseline_first:
-        return f"{where}, {base} is the fastest environment overall: the next, {top['environment']} ({_describe(top)}), runs {_times(top['speedup'])} as fast ({interval})."
-    sentence = f"{where}, the fastest environment overall is {top['environment']} ({_describe(top)}): {_times(top['speedup'])} as fast as {base} ({interval})."
+        return f"{where}, {base} is the fastest environment overall: the next, {top['environment']} ({_describe(top)}), runs {times_text(top['speedup'])} as fast ({interval})."
+    sentence = f"{where}, the fastest environment overall is {top['environment']} ({_describe(top)}): {times_text(top['speedup'])} as fast as {base} ({interval})."
     if pd.notna(top["max_abs_diff"]):
         sentence += f" Its outputs differ from {BASELINE_NAME}'s by at most {top['max_abs_diff']:.2g}."
     return sentence
@@ -170,10 +171,10 @@ def _agreeing_sentence(table: pd.DataFrame) -> str | None:
         return None
     top = compared[compared["agreement"] >= AGREEMENT_BAR].iloc[0]
     below = compared[(compared["agreement"] < AGREEMENT_BAR) & (compared["speedup"] > top["speedup"])]
-    faster = ", ".join(f"{row.environment} ({_times(row.speedup)}, agreement {row.agreement:.3f})" for row in below.itertuples())
+    faster = ", ".join(f"{row.environment} ({times_text(row.speedup)}, agreement {row.agreement:.3f})" for row in below.itertuples())
     sentence = (
         f"The fastest environment whose agreement with {BASELINE_NAME} is at least {AGREEMENT_BAR:.0%} in every cell is "
-        f"{top['environment']} ({_times(top['speedup'])})" + (f"; faster but below that bar: {faster}." if faster else ".")
+        f"{top['environment']} ({times_text(top['speedup'])})" + (f"; faster but below that bar: {faster}." if faster else ".")
     )
     if "random" in " ".join(compared["weights"]):
         sentence += " Agreement on random weights says how far an environment's numbers move, not how accurate its answers are: measure the model's real weights for that."
@@ -183,7 +184,7 @@ def _agreeing_sentence(table: pd.DataFrame) -> str | None:
 def _per_model_sentence(table: pd.DataFrame) -> str:
     """The environment with the highest speed-up for each model (`speedups(..., per_model=True)` rows of one device and machine)."""
     best = table[table["cells"] > 0].drop_duplicates("model")
-    parts = [f"{row.model}: {row.environment} {_times(row.speedup)} ({row.verdict})" for row in best.itertuples()]
+    parts = [f"{row.model}: {row.environment} {times_text(row.speedup)} ({row.verdict})" for row in best.itertuples()]
     return f"Per model there, the highest speed-up over {BASELINE_NAME}: " + "; ".join(parts) + "."
 
 

@@ -57,25 +57,16 @@ class GenerationMeasurement:
         )  # fmt: skip
         object.__setattr__(self, "timing", whole)
 
-    @property
-    def generate_s(self) -> float:
-        return self.timing.median_s
-
-    @property
-    def tpot_s(self) -> float | None:
-        """The median time of a token after the first, over every step of every sample."""
-        steps = [step for sample in self.steps_s for step in sample]
-        return float(np.median(steps)) if steps else None
-
     def row_fields(self) -> dict[str, Any]:
         """The columns of a results row: the whole call's timing columns (as a forward cell's), and generation's own."""
-        steps = [step for sample in self.steps_s for step in sample]
+        steps = [step for sample in self.steps_s for step in sample]  # every token after the first, of every sample
+        generate_s = self.timing.median_s
         return {
-            **self.timing.row_fields(), "generate_s": self.generate_s, "ttft_s": float(np.median(self.ttft_s)),
-            "ttft_samples_s": json.dumps(list(self.ttft_s)), "tpot_s": _blank(self.tpot_s),
+            **self.timing.row_fields(), "generate_s": generate_s, "ttft_s": float(np.median(self.ttft_s)),
+            "ttft_samples_s": json.dumps(list(self.ttft_s)), "tpot_s": _blank(float(np.median(steps)) if steps else None),
             "tpot_p90_s": _blank(float(np.percentile(steps, 90)) if steps else None),
             "tpot_samples_s": json.dumps([float(np.median(sample)) for sample in self.steps_s if sample]),
-            "tokens_per_s": self.batch_size * self.new_tokens / self.generate_s, "token_clock": self.token_clock,
+            "tokens_per_s": self.batch_size * self.new_tokens / generate_s, "token_clock": self.token_clock,
             "token_agreement": _blank(self.token_agreement), "first_divergence": _blank(self.first_divergence),
         }  # fmt: skip
 
