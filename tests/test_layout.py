@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -107,8 +108,9 @@ def test_the_catalogue_does_not_import_the_backends() -> None:
     assert not any(target.startswith("benchlib.backends") for target in import_graph()["benchlib.config.catalogue"])
 
 
+@functools.cache
 def string_literals(path: Path) -> list[tuple[int, str]]:
-    """(line, text) of the string constants of a module, docstrings left out."""
+    """(line, text) of the string constants of a module, docstrings left out (parsed once per module and session)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     docstrings = {
         id(node.body[0].value) for node in ast.walk(tree)

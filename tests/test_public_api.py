@@ -41,6 +41,7 @@ def test_import_benchlib_imports_nothing_heavy_and_sets_the_environment_first() 
     assert found["env"] == {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "0", "TF_USE_LEGACY_KERAS": "1"}
 
 
+@pytest.mark.e2e
 def test_the_benchmark_kernel_does_not_import_the_analysis_or_plotting() -> None:
     """What notebooks/benchmark.ipynb imports to measure: no seaborn, matplotlib, analysis, report or TensorFlow."""
     found = in_fresh_python(

@@ -201,6 +201,7 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys, case, message):
     assert not (b / "compare-a").exists()
 
 
+@pytest.mark.e2e
 def test_two_real_smoke_runs(tmp_path, capsys):
     for run in ("first", "second"):
         run_environment(

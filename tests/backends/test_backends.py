@@ -156,6 +156,7 @@ def test_catalogue_lookup_and_unsupported_entries_follow_the_backend():
     assert unsupported_reason(ctrl, "pytorch", "eager") is None and unsupported_reason(ctrl, "onnxruntime", "session") is None
 
 
+@pytest.mark.e2e
 def test_ctrl_does_not_compile_because_upstream_fails():
     backend = load_backend("pytorch", "compile")
     built = backend.build(get_model("ctrl"), "tiny")
@@ -174,6 +175,7 @@ def test_ctrl_cast_to_bfloat16_fails_because_upstream_keeps_a_float32_encoding()
         backend.prepare(built, backend.as_inputs(random_ids(1000, 1, 8, 0)))()
 
 
+@pytest.mark.e2e
 def test_openvino_converts_xlnet_only_through_its_onnx_export():
     """Why OpenVINO converts the ONNX export: converting XLNet's PyTorch model directly fails upstream.
     If this stops failing, the direct conversion could be used."""
@@ -193,6 +195,7 @@ ENVIRONMENTS = [
 ]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("values", ENVIRONMENTS)
 def test_each_backend_measures_gpt2_and_agrees_with_eager_pytorch(values, tmp_path):
     """On this CPU as it is: bfloat16 is measured where its flags say it runs natively (AMD EPYC with AVX512-BF16,
@@ -215,6 +218,7 @@ def test_eager_pytorch_float32_is_the_reference_and_has_no_difference(tmp_path):
     assert rows["status"].tolist() == [status.OK] and rows["max_abs_diff"].isna().all()
 
 
+@pytest.mark.e2e
 def test_a_backend_whose_output_disagrees_is_an_error_not_a_number(tmp_path, monkeypatch):
     monkeypatch.setitem(TOLERANCE, "int8", -1.0)  # no output can be that close
     rows = run_environment(tiny_params(tmp_path, framework="onnxruntime", mode="session", precision="int8"), progress=False)
@@ -225,6 +229,7 @@ def test_a_backend_whose_output_disagrees_is_an_error_not_a_number(tmp_path, mon
     assert within_tolerance(Agreement(2e-3, 30.0, "top1_agreement", 1.0), "float32") == (status.OK, "")  # logits of order 30
 
 
+@pytest.mark.e2e
 def test_machines_without_a_compiler_or_bfloat16_get_unsupported_cells(tmp_path, monkeypatch):
     """Fakes for what this machine has: a C++ compiler and bfloat16 instructions."""
 
@@ -258,6 +263,7 @@ def test_attention_implementation_is_a_parameter_and_a_model_without_it_is_unsup
     assert set(eager["attn_implementation"]) == {"eager"} and set(eager["status"]) == {status.OK}
 
 
+@pytest.mark.e2e
 def test_every_catalogue_model_that_pytorch_runs_exports_to_onnx():
     """ONNX Runtime and OpenVINO run every model that eager PyTorch runs (the masks shim makes GPT-2's export dynamic)."""
     backend = load_backend("onnxruntime", "session")

@@ -38,6 +38,7 @@ def test_cached_weights_are_the_seeded_random_weights(tmp_path: Path, monkeypatc
     assert [entry.kind for entry in entries(tmp_path / "cache")] == ["weights", "weights"]
 
 
+@pytest.mark.e2e
 def test_artefacts_are_made_once_and_rows_say_what_building_cost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "cache"))
     onnxruntime = run_environment(tiny(tmp_path, "ort", framework="onnxruntime", mode="session"), progress=False)
@@ -91,6 +92,7 @@ def test_xla_keeps_what_it_compiled_in_the_build_cache(tmp_path: Path, monkeypat
     assert {path: path.stat().st_mtime_ns for path in (tmp_path / "cache" / "xla").rglob("*.pb")} == compiled
 
 
+@pytest.mark.e2e
 def test_int8_found_in_the_cache_is_loaded_beside_its_reference(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "cache"))
     made = run_environment(tiny(tmp_path, "int8", framework="onnxruntime", mode="session", precision="int8"), progress=False)

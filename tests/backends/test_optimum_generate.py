@@ -22,6 +22,8 @@ from benchlib.workloads.agreement import agreement
 from benchlib.workloads.generate import token_agreement
 from benchlib.workloads.inputs import random_ids
 
+pytestmark = pytest.mark.e2e  # exporters and OpenVINO compilations
+
 MODELS = ["distilgpt2", "smollm2-135m"]
 NEW_TOKENS = 4
 FLOAT32 = [pytest.param("onnxruntime", "session", id="onnxruntime"), pytest.param("openvino", "compiled", id="openvino")]

@@ -137,6 +137,7 @@ def test_models_option_replaces_the_grids_list_and_finds_relative_folders(folder
     assert jobs[0].params.models == ["gpt2", str(folders["llama"])] and jobs[0].params.offline is False
 
 
+@pytest.mark.e2e
 def test_online_fetches_before_any_kernel_and_says_why_it_could_not(run_cli, network_blocked, tmp_path: Path) -> None:
     """With --online the runner itself asks the Hub (here every connection off the machine is refused): one line, exit 2."""
     attempts = tmp_path / "attempts.log"  # this test's own log: the session's must stay empty

@@ -67,6 +67,7 @@ def test_output_folder_that_cannot_be_written(tmp_path: Path, capsys: pytest.Cap
     assert capsys.readouterr().err.strip() == f"--out: {blocker / 'run'}: cannot be created, {blocker} is not a folder"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("missing", ["dask", "distributed"])
 def test_cluster_without_its_extra_says_which_pip_line_is_missing(missing: str, tmp_path: Path) -> None:
     """In a Python where `missing` cannot be imported (as when the cluster extra is not installed): one line, exit status 2."""

@@ -71,6 +71,7 @@ def test_bert_tiny_by_hand():
     assert analytic_flops(get_model("bert-base-cased"), "tiny", b, s) == 280_576
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", ["bert-base-cased", "gpt2", "ctrl", "modernbert-base", "all-MiniLM-L6-v2", "smollm2-135m", "qwen2.5-0.5b"])
 def test_full_scale_agreement(name):
     spec = get_model(name)

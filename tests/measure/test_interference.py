@@ -93,6 +93,7 @@ def test_cells_measured_beside_a_busy_process_are_disturbed_and_quiet_ones_are_n
     assert set(loud.attempts) == set(quiet.attempts) == {1}
 
 
+@pytest.mark.e2e
 def test_disturbed_cells_are_measured_again_and_the_least_disturbed_row_is_kept(tmp_path, monkeypatch):
     real_probe = sweep_module.run_probe
     with busy_process() as spinner:
@@ -113,6 +114,7 @@ def test_disturbed_cells_are_measured_again_and_the_least_disturbed_row_is_kept(
     assert list(zip(kept.model, kept.sequence_length)) == list(zip(every.model[:4], every.sequence_length[:4]))
 
 
+@pytest.mark.e2e
 def test_a_cell_still_disturbed_after_remeasure_attempts_keeps_disturbed(tmp_path):
     with busy_process():
         kept = run_environment(params(tmp_path, models=["bert-base-cased"], sequence_lengths=[8], remeasure=2), progress=False)

@@ -61,6 +61,7 @@ def test_too_long_and_unsupported_cells_build_nothing(tmp_path, monkeypatch):
     assert "256" in rows.reason[0] and "type_as" in rows.reason[1]
 
 
+@pytest.mark.e2e
 def test_pytorch_out_of_memory_ends_one_cell_and_the_sweep_goes_on(tmp_path):
     grid = params(tmp_path, batch_sizes=[TOO_BIG_BATCH, 1], sequence_lengths=[512], repeat=1, number=1)
     rows = run_environment(grid, progress=False)

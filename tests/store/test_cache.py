@@ -96,6 +96,7 @@ def make_slowly(root: str, log: str, text: str) -> None:
         file.write(f"{text} got {(found.path / 'artefact.txt').read_text()} cached={found.cached}\n")
 
 
+@pytest.mark.e2e
 def test_two_processes_asking_for_one_entry_make_it_once(tmp_path: Path) -> None:
     log = tmp_path / "log"
     context = multiprocessing.get_context("spawn")
