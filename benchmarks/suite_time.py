@@ -1,0 +1,100 @@
+"""How long each tier of the test suite takes on this machine: a rerunnable check of `make test`'s time.
+
+Runs the quick tier, `pytest -m "not e2e"` (the kit's own logic on tiny eager PyTorch models), then the
+e2e tier, `pytest -m e2e` (notebooks executed by papermill, kernels, subprocesses, compilers and
+exporters, full-size models), with this interpreter, one after the other, and prints for each its wall
+time, its outcome and the files that took longest, with the CPU they ran on. `make test` runs both
+tiers in one pytest session (plus installing `.venv` on a fresh clone).
+Targets: the quick tier under 2 minutes; both tiers within 20 minutes on a 2-core machine, the
+AVX2-only one included. Exit status 1 when a tier fails or misses its target.
+
+    .venv/bin/python benchmarks/suite_time.py [--tier quick|e2e|all] [--top 10] [-- PYTEST ARGS...]
+
+Run it on an otherwise quiet machine: other work slows every test, and the suite's own kernels are
+the only load it should see.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ElementTree
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchlib.machine import cpu_flags, cpu_model, usable_cores
+from benchlib.paths import PROJECT_ROOT
+
+TIERS = {"quick": "not e2e", "e2e": "e2e"}
+QUICK_TARGET_S = 120.0
+SUITE_TARGET_S = 20 * 60.0
+
+
+@dataclass(frozen=True)
+class TierTime:
+    """One tier's pytest session: wall time, exit status and seconds per test file."""
+
+    tier: str
+    wall_s: float
+    returncode: int
+    tests: int
+    by_file: dict[str, float]
+
+
+def cpu_class(flags: set[str] | None) -> str:
+    """The kind of x86 CPU, as the suite's machines differ: AMX, AVX512-BF16, AVX-512, AVX2 only."""
+    flags = flags or set()
+    for flag, name in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16"), ("avx512f", "AVX-512"), ("avx2", "AVX2 only")):
+        if flag in flags:
+            return name
+    return "no AVX2"
+
+
+def run_tier(tier: str, extra: list[str]) -> TierTime:
+    """`pytest -m MARKER` in the kit's folder, timed; per-file seconds from its JUnit report (setup and teardown included)."""
+    with tempfile.TemporaryDirectory() as folder:
+        report = Path(folder) / "junit.xml"
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", TIERS[tier], f"--junitxml={report}", *extra]
+        start = time.perf_counter()
+        completed = subprocess.run(command, cwd=PROJECT_ROOT)
+        wall_s = time.perf_counter() - start
+        cases = ElementTree.parse(report).getroot().iter("testcase") if report.exists() else iter(())
+        by_file: collections.Counter[str] = collections.Counter()
+        tests = 0
+        for case in cases:
+            tests += 1
+            by_file[case.get("classname", "").replace(".", "/") + ".py"] += float(case.get("time", 0))
+    return TierTime(tier, wall_s, completed.returncode, tests, dict(by_file))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tier", choices=[*TIERS, "all"], default="all")
+    parser.add_argument("--top", type=int, default=10, help="files to list per tier, slowest first")
+    parser.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")
+    args = parser.parse_args(argv)
+    tiers = list(TIERS) if args.tier == "all" else [args.tier]
+    times = [run_tier(tier, args.pytest_args) for tier in tiers]
+
+    print(f"\n{cpu_model()} ({cpu_class(cpu_flags())}), {usable_cores()} cores")
+    for result in times:
+        print(f"{result.tier} tier (-m {TIERS[result.tier]!r}): {result.wall_s / 60:.1f} min, {result.tests} tests, exit status {result.returncode}")
+        for path, seconds in sorted(result.by_file.items(), key=lambda item: -item[1])[: args.top]:
+            print(f"  {seconds:7.1f} s  {path}")
+    failed = [result.tier for result in times if result.returncode != 0]
+    missed = [f"quick tier {t.wall_s:.0f} s > {QUICK_TARGET_S:.0f} s" for t in times if t.tier == "quick" and t.wall_s > QUICK_TARGET_S]
+    if args.tier == "all" and (total := sum(t.wall_s for t in times)) > SUITE_TARGET_S:
+        missed.append(f"both tiers {total / 60:.1f} min > {SUITE_TARGET_S / 60:.0f} min")
+    if failed or missed:
+        print("; ".join([*(f"{tier} tier failed" for tier in failed), *missed]))
+        return 1
+    print("within the targets")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
