@@ -6,13 +6,16 @@ jupyter_client does: an interrupt, a shutdown request, SIGTERM after 2.5 s and S
 SIGTERM and SIGHUP raise `Stopped`, a KeyboardInterrupt, so that they take the same path: asyncio
 lets only KeyboardInterrupt and SystemExit out of its event loop at once (another exception could
 wait inside a task until the cell in flight ends). Finished rows stay; the cell in flight is measured
-again by the next run (`store.recovery.resolve_in_flight`).
+again by the next run (`store.recovery.resolve_in_flight`). The cell's task, left pending in nbclient's
+event loop by the interrupt, ends later with the kernel's death; asyncio's report of it ("Task exception
+was never retrieved", with a traceback) is dropped, since the stop message says what happened.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import signal
 import sys
 import threading
@@ -58,6 +61,24 @@ def stop_signals_raise() -> Iterator[None]:
             signal.signal(signum, handler)
 
 
+class _StoppedKernelTasks(logging.Filter):
+    """Drops asyncio's report of a task that ended with a dead kernel (nbclient's `DeadKernelError`) never retrieved."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from nbclient.exceptions import DeadKernelError
+
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(exc, DeadKernelError) and record.getMessage().startswith("Task exception was never retrieved"))
+
+
+STOPPED_KERNEL_TASKS = _StoppedKernelTasks()
+
+
+def quiet_stopped_kernel_tasks() -> None:
+    """From now on, asyncio does not report the cell tasks of a kernel shut down by a stop (see the module's docstring)."""
+    logging.getLogger("asyncio").addFilter(STOPPED_KERNEL_TASKS)  # once: addFilter skips a filter it holds
+
+
 def stopping_signal(stop: KeyboardInterrupt) -> signal.Signals:
     """The signal that stopped the run: `Stopped`'s, or Ctrl-C's SIGINT for a plain KeyboardInterrupt."""
     return signal.Signals(stop.signum) if isinstance(stop, Stopped) else signal.SIGINT
@@ -73,6 +94,7 @@ def stoppable(command: Callable[P, int]) -> Callable[P, int]:
                 return command(*args, **kwargs)
         except KeyboardInterrupt as stop:  # a local run's kernel was shut down by papermill on the way here
             signum = stopping_signal(stop)
+            quiet_stopped_kernel_tasks()
             with contextlib.suppress(OSError):  # the terminal of a closed session is gone
                 print(
                     f"stopped by {signum.name}: finished rows are kept; run the same command again (same --out) "

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
+import logging
 import os
 import signal
 import subprocess
@@ -16,7 +19,7 @@ import pytest
 import yaml
 
 from benchlib import read_results
-from benchlib.launch.signals import STOP_SIGNALS, Stopped, stop_signals_raise, stoppable, stopping_signal
+from benchlib.launch.signals import STOP_SIGNALS, STOPPED_KERNEL_TASKS, Stopped, stop_signals_raise, stoppable, stopping_signal
 from benchlib.paths import PROJECT_ROOT
 from benchlib.store.locking import check_free
 from benchlib.store.recovery import read_in_flight
@@ -66,6 +69,37 @@ def test_a_stopped_command_says_so_and_exits_with_128_plus_the_signal(default_st
 
     assert hung_up() == 128 + signal.SIGHUP and "stopped by SIGHUP: finished rows are kept" in capsys.readouterr().err
     assert interrupted() == 128 + signal.SIGINT and "stopped by SIGINT" in capsys.readouterr().err
+
+
+def unretrieved_task_reports(error: Exception, caplog: pytest.LogCaptureFixture) -> list[str]:
+    """What asyncio logs for a task that ended with `error`, nobody having asked for its result."""
+
+    async def cell() -> None:
+        raise error
+
+    caplog.clear()
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(cell())
+    loop.run_until_complete(asyncio.sleep(0.01))
+    loop.close()
+    del task
+    gc.collect()
+    return [record.getMessage() for record in caplog.records if record.name == "asyncio"]
+
+
+def test_a_stop_quiets_the_dead_kernels_cell_task_and_nothing_else(caplog: pytest.LogCaptureFixture) -> None:
+    from nbclient.exceptions import DeadKernelError
+
+    asyncio_log = logging.getLogger("asyncio")
+    asyncio_log.removeFilter(STOPPED_KERNEL_TASKS)  # as in a fresh process: another test's stop may have added it
+    assert any("never retrieved" in m for m in unretrieved_task_reports(DeadKernelError("Kernel died"), caplog))  # what a stop printed
+    try:
+        stoppable(lambda: (_ for _ in ()).throw(KeyboardInterrupt))()
+        assert STOPPED_KERNEL_TASKS in asyncio_log.filters
+        assert unretrieved_task_reports(DeadKernelError("Kernel died"), caplog) == []
+        assert any("never retrieved" in m for m in unretrieved_task_reports(ValueError("a bug"), caplog))
+    finally:
+        asyncio_log.removeFilter(STOPPED_KERNEL_TASKS)
 
 
 def cli_command(run_dir: Path, params: Path) -> list[str]:
