@@ -1,5 +1,6 @@
 # make run   the default job: six CPU environments on the quick grid, then the summary
-# make test  the test suite
+# make test  the test suite: the kit's logic and one end-to-end check of each guarantee
+# make test-full  the exhaustive suite: also every catalogue model in every environment
 # make lab   JupyterLab on notebooks/, with a kernel that has the kit installed
 # Each creates .venv with python3 if it is missing and installs the kit into it with every extra,
 # each backend's and the cluster's: .[all,test] (again only when pyproject.toml changes).
@@ -10,13 +11,16 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: run test lab install
+.PHONY: run test test-full lab install
 
 run: $(INSTALLED)
 	$(PY) -m benchlib run $(ARGS)
 
 test: $(INSTALLED)
 	$(PY) -m pytest $(ARGS)
+
+test-full: $(INSTALLED)
+	$(PY) -m pytest --full $(ARGS)
 
 lab: $(INSTALLED)
 	$(PY) -m benchlib lab $(ARGS)

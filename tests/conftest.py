@@ -20,6 +20,29 @@ from benchlib.store.cache import CACHE_VARIABLE
 
 use_torch()  # this process runs PyTorch only: transformers must not import TensorFlow here (TensorFlow runs in subprocesses)
 
+# The smoke run's catalogue models in `make test`: one of each kind the backends treat apart. An encoder (BERT), a decoder
+# with a key/value cache (GPT-2: TorchScript traces it without the cache) and its distilled student (the summary's
+# distilled-vs-teacher table), a decoder past its positions at the smoke grid's 300 tokens (CTRL: too_long;
+# torch.compile unsupported) and one that only TensorFlow builds (Transformer-XL). `--full` runs every catalogue model.
+SMOKE_MODELS_DEFAULT = ["gpt2", "distilgpt2", "bert-base-cased", "ctrl", "transfo-xl-wt103"]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--full", action="store_true",
+        help="the exhaustive tier too (`make test-full`): tests marked `full`, and the smoke run over every catalogue model",
+    )  # fmt: skip
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without `--full`, tests marked `full` are deselected (reported as such, never skipped)."""
+    if config.getoption("full"):
+        return
+    full = [item for item in items if item.get_closest_marker("full")]
+    if full:
+        config.hook.pytest_deselected(items=full)
+        items[:] = [item for item in items if not item.get_closest_marker("full")]
+
 
 @pytest.fixture(scope="session", autouse=True)
 def build_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
@@ -108,10 +131,12 @@ def user_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
-def smoke_models(user_models: dict[str, Path]) -> list[str]:
-    """The smoke run's models: the smoke grid's (every catalogue entry) and the `user_models` folders."""
+def smoke_models(request: pytest.FixtureRequest, user_models: dict[str, Path]) -> list[str]:
+    """The smoke run's models: with `--full` the smoke grid's (every catalogue entry), else SMOKE_MODELS_DEFAULT;
+    and the `user_models` folders."""
     grid = yaml.safe_load((PARAMETERS_DIR / "grids" / "smoke.yaml").read_text(encoding="utf-8"))
-    return [*grid["models"], *(str(path) for path in user_models.values())]
+    catalogue = grid["models"] if request.config.getoption("full") else SMOKE_MODELS_DEFAULT
+    return [*catalogue, *(str(path) for path in user_models.values())]
 
 
 @pytest.fixture(scope="session")

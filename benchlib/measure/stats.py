@@ -11,7 +11,7 @@ import statistics
 from collections.abc import Sequence
 from functools import cache
 
-from scipy import stats as scipy_stats
+from scipy.special import stdtrit  # Student's t quantile; scipy.stats costs a kernel 0.5 s more to import
 
 CONFIDENCE = 0.95
 NOISY_IQR_FRACTION = 0.10  # a cell is noisy when its IQR exceeds this fraction of its median
@@ -20,7 +20,7 @@ NOISY_IQR_FRACTION = 0.10  # a cell is noisy when its IQR exceeds this fraction 
 @cache
 def t_quantile(degrees_of_freedom: int) -> float:
     """The two-sided 95% quantile of Student's t distribution."""
-    return float(scipy_stats.t.ppf(0.5 + CONFIDENCE / 2, degrees_of_freedom))
+    return float(stdtrit(degrees_of_freedom, 0.5 + CONFIDENCE / 2))
 
 
 def quartiles(samples: Sequence[float]) -> tuple[float, float]:

@@ -283,6 +283,7 @@ def write_run(run_dir: Path, made: list[dict]) -> None:
 
 
 @pytest.mark.e2e
+@pytest.mark.full
 def test_the_summary_notebook_shows_the_generation_section_apart_from_the_forward_pass(tmp_path: Path) -> None:
     forward = [{**gen_row(env, "bert-base-cased", 1, s, t * factor, seed=s), "workload": "forward", "ttft_samples_s": [], "tpot_samples_s": []}
                for env, factor in (("cpu-pytorch", 1), ("cpu-tensorflow", 1.5)) for s, t in ((8, 0.01), (64, 0.02))]  # fmt: skip

@@ -70,6 +70,7 @@ def test_build_cost_counts_each_artefact_once(tmp_path: Path) -> None:
 
 
 @pytest.mark.e2e
+@pytest.mark.full
 def test_xla_keeps_what_it_compiled_in_the_build_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "cache"))
     code = """

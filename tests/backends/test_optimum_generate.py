@@ -22,7 +22,7 @@ from benchlib.workloads.agreement import agreement
 from benchlib.workloads.generate import token_agreement
 from benchlib.workloads.inputs import random_ids
 
-pytestmark = pytest.mark.e2e  # exporters and OpenVINO compilations
+pytestmark = [pytest.mark.e2e, pytest.mark.full]  # exporters and OpenVINO compilations; the generate run covers each backend once
 
 MODELS = ["distilgpt2", "smollm2-135m"]
 NEW_TOKENS = 4

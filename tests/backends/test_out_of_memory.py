@@ -22,6 +22,7 @@ def test_cuda_and_python_out_of_memory():
 
 
 @pytest.mark.e2e
+@pytest.mark.full
 def test_tensorflow_resource_exhausted_is_out_of_memory():
     found = run_python(
         """

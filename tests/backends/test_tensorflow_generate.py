@@ -8,7 +8,7 @@ import pytest
 
 from tests.frameworks import run_python
 
-pytestmark = pytest.mark.e2e  # TensorFlow runs in a subprocess of its own
+pytestmark = [pytest.mark.e2e, pytest.mark.full]  # TensorFlow runs in a subprocess of its own; the generate run covers each backend once
 
 NEW_TOKENS = 4
 EOS = 16  # the first token tiny distilgpt2 picks for the first prompt: as its end of sequence, it must be passed over

@@ -35,6 +35,7 @@ def test_pytorch_threads_read_back(tmp_path, threads):
 
 
 @pytest.mark.e2e
+@pytest.mark.full
 @pytest.mark.parametrize("threads", [1, 2])
 def test_tensorflow_threads_read_back(tmp_path, threads):
     out = str(tmp_path / "env")

@@ -190,3 +190,15 @@ def test_eager_gpt2_returns_no_key_value_cache_and_records_its_attention():
         output = backend.prepare(model, backend.as_inputs(random_ids(1000, 1, 8, 0)))()
     assert output.past_key_values is None
     assert backend.attn_implementation(model) in ("eager", "sdpa")
+
+
+def test_the_smoke_grid_holds_every_catalogue_model_and_make_tests_smoke_run_some_of_them() -> None:
+    import yaml
+
+    from benchlib.paths import PARAMETERS_DIR
+    from tests.conftest import SMOKE_MODELS_DEFAULT
+
+    smoke = yaml.safe_load((PARAMETERS_DIR / "grids" / "smoke.yaml").read_text(encoding="utf-8"))["models"]
+    assert sorted(smoke) == sorted(load_catalogue())  # `make test-full` runs each catalogue model in every environment
+    assert set(SMOKE_MODELS_DEFAULT) < set(smoke)
+    assert any(get_model(name).unsupported_for(("pytorch",)) for name in SMOKE_MODELS_DEFAULT)  # one that only TensorFlow builds

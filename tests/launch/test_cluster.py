@@ -215,6 +215,7 @@ def cells(env_dir: Path) -> list[tuple]:
 
 
 @pytest.mark.e2e
+@pytest.mark.full
 def test_a_run_on_the_cluster_matches_a_local_run(tmp_path: Path, cluster: tuple[str, list[subprocess.Popen]]) -> None:
     address, _ = cluster
     tiny = write_yaml(tmp_path / "tiny.yaml", TINY)

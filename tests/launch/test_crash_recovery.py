@@ -17,16 +17,20 @@ from tests.conftest import CPU_ENVIRONMENTS, NetworkBlock
 from tests.kernels import kill_mid_cell
 
 SMOKE = yaml.safe_load((PARAMETERS_DIR / "grids" / "smoke.yaml").read_text())
-SMOKE_CELLS = len(SMOKE["models"]) * len(SMOKE["batch_sizes"]) * len(SMOKE["sequence_lengths"])
+MODELS = ["gpt2", "bert-base-cased", "distilgpt2", "roberta-base"]  # a few of the smoke grid's, for runs of the test's own
+SMOKE_CELLS = len(MODELS) * len(SMOKE["batch_sizes"]) * len(SMOKE["sequence_lengths"])
 
 
 def cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "benchlib", *args]
 
 
-def smoke(run_dir: Path, environments: str = "cpu-pytorch", limits: bool = False) -> list[str]:
-    """`benchlib run` of the smoke grid; the machine's limits are measured only when `limits` (they cost a kernel)."""
-    return cli("run", "--grid", "smoke", "--environments", environments, "--out", str(run_dir), "--no-summary", "--quiet", *([] if limits else ["--no-limits"]))
+def smoke(run_dir: Path, environments: str = "cpu-pytorch", limits: bool = False, models: list[str] = MODELS) -> list[str]:
+    """`benchlib run` of the smoke grid on `models`; the machine's limits are measured only when `limits` (they cost a kernel)."""
+    return cli(
+        "run", "--grid", "smoke", "--models", ",".join(models), "--environments", environments, "--out", str(run_dir),
+        "--no-summary", "--quiet", *([] if limits else ["--no-limits"]),
+    )  # fmt: skip
 
 
 def complete_lines(data: bytes) -> bytes:
@@ -60,6 +64,7 @@ def test_killed_kernel_costs_only_the_cell_in_flight(tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.full
 def test_a_second_run_on_a_folder_in_use_is_refused(tmp_path):
     env_dir = tmp_path / "run" / "cpu-pytorch"
     first = subprocess.Popen(smoke(tmp_path / "run"), cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -92,10 +97,9 @@ def test_run_completes_with_the_network_blocked(smoke_run: Path, smoke_models: l
 
 
 @pytest.mark.e2e
+@pytest.mark.full
 def test_force_measures_again_and_keeps_the_earlier_results(tmp_path):
-    models = tmp_path / "models.yaml"
-    models.write_text("models: [gpt2]\n")
-    command = smoke(tmp_path / "run") + ["--params", str(models)]
+    command = smoke(tmp_path / "run", models=["gpt2"])
     env_dir = tmp_path / "run" / "cpu-pytorch"
     assert subprocess.run(command, cwd=PROJECT_ROOT, capture_output=True, timeout=600).returncode == 0
     first = (env_dir / "results.csv").read_bytes()

@@ -38,6 +38,7 @@ def cells(rows) -> list[tuple[str, int, int]]:
 
 
 @pytest.mark.e2e
+@pytest.mark.full
 def test_out_of_memory_reported_in_the_kernel_ends_one_cell(run_cli, tmp_path):
     # The attention scores of 4096 x 256 tokens (4096 x 2 heads x 256 x 256 floats: 2 GiB) do not
     # fit under 2 GiB: the allocation fails in the kernel, which reports it and goes on.

@@ -32,6 +32,7 @@ def test_rounds_rotate_the_order_of_environments(tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.full
 def test_a_round_killed_mid_cell_goes_on_where_it_stopped(tmp_path):
     grid = params_file(tmp_path, models=["bert-base-cased", "gpt2", "distilgpt2"], sequence_lengths=[8, 16], rounds=2, remeasure=0)
     run_dir = tmp_path / "run"

@@ -195,7 +195,7 @@ def assert_rerun_completes(command: list[str], env_dir: Path) -> None:
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("launch", [cli_command, worker_thread_command], ids=["cli", "worker-thread"])
+@pytest.mark.parametrize("launch", [cli_command, pytest.param(worker_thread_command, marks=pytest.mark.full)], ids=["cli", "worker-thread"])
 def test_a_killed_runner_takes_its_kernel_along_and_the_rerun_measures_its_cell_again(tmp_path: Path, launch: Launch) -> None:
     env_dir = tmp_path / "run" / "cpu-pytorch"
     runner, kernel = start_mid_sweep(launch(tmp_path / "run", small_grid(tmp_path)), env_dir)

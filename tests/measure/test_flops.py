@@ -72,6 +72,7 @@ def test_bert_tiny_by_hand():
 
 
 @pytest.mark.e2e
+@pytest.mark.full
 @pytest.mark.parametrize("name", ["bert-base-cased", "gpt2", "ctrl", "modernbert-base", "all-MiniLM-L6-v2", "smollm2-135m", "qwen2.5-0.5b"])
 def test_full_scale_agreement(name):
     spec = get_model(name)

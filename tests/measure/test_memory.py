@@ -40,6 +40,7 @@ def test_bigger_input_bigger_peak_on_a_real_pytorch_cell(tmp_path, batch_sizes):
 
 
 @pytest.mark.e2e
+@pytest.mark.full
 def test_bigger_input_bigger_peak_on_a_real_tensorflow_cell(tmp_path):
     rows = run_python(f"""
         import json

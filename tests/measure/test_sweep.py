@@ -70,6 +70,7 @@ def test_pytorch_out_of_memory_ends_one_cell_and_the_sweep_goes_on(tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.full
 def test_tensorflow_out_of_memory_ends_one_cell_and_the_sweep_goes_on(tmp_path):
     grid = params(
         tmp_path, environment="cpu-tensorflow", framework="tensorflow", mode="function",

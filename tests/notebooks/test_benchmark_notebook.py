@@ -65,7 +65,6 @@ def test_smoke_grid_in_each_cpu_environment(smoke_run: Path, smoke_models: list[
     check_rows(output_dir, {**SMOKE, "models": smoke_models}, env)
 
     rows = read_results(output_dir)
-    assert set(load_catalogue()) <= set(rows["model"])  # every catalogue model, and the user's folders
     assert set(rows["workload"]) == {"forward"} and rows[["new_tokens", "ttft_s", "tpot_s", "token_agreement"]].isna().all().all()
     assert set(rows["model_scale"]) == {"tiny"}
     # The smoke grid runs everything it can: only the catalogue's known limits are not ok.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -33,9 +34,29 @@ def page_text(html: Path) -> str:
     return html.read_text(encoding="utf-8")
 
 
+@dataclass(frozen=True)
+class SmokeCells:
+    """How many of the smoke run's cells (its models at two shapes) each kind of environment runs, by the catalogue's limits:
+    ctrl at sequence 300 is too long everywhere, ctrl does not compile, Transformer-XL runs in TensorFlow only, and
+    TensorFlow has no ModernBERT, SmolLM2, Qwen2.5 or Llama (the user's folder)."""
+
+    models: int
+    pytorch_ok: int  # eager PyTorch, and every backend but torch.compile
+    tensorflow_ok: int
+    in_the_study_four: int  # ok in eager PyTorch, TorchScript, TensorFlow and XLA: the cells the averages use
+
+
+def smoke_cells(smoke_models: list[str], user_models: dict[str, Path]) -> SmokeCells:
+    assert {"ctrl", "transfo-xl-wt103"} <= set(smoke_models)
+    without_tensorflow = len({"modernbert-base", "smollm2-135m", "qwen2.5-0.5b", str(user_models["llama"])} & set(smoke_models))
+    pytorch_ok = 2 * len(smoke_models) - 1 - 2
+    return SmokeCells(len(smoke_models), pytorch_ok, 2 * len(smoke_models) - 1 - 2 * without_tensorflow, pytorch_ok - 2 * without_tensorflow)
+
+
 @pytest.mark.e2e
-def test_summary_renders_html_tables_and_figures(smoke_run: Path, tmp_path: Path) -> None:
+def test_summary_renders_html_tables_and_figures(smoke_run: Path, smoke_models: list[str], user_models: dict[str, Path], tmp_path: Path) -> None:
     run = shutil.copytree(smoke_run, tmp_path / "run")
+    expected = smoke_cells(smoke_models, user_models)
     html = render_summary([run])
 
     assert html == run / "summary.html"
@@ -53,10 +74,10 @@ def test_summary_renders_html_tables_and_figures(smoke_run: Path, tmp_path: Path
     averages = pd.read_csv(run / "tables" / "framework_averages.csv")
     assert list(averages.columns) == list(AVERAGES_COLUMNS)
     assert sorted(averages["environment"]) == sorted(ENVIRONMENTS)
-    # Of the smoke run's 32 cells (16 models, two shapes), ctrl at sequence 300 is too long everywhere, Transformer-XL's
-    # two cells are unsupported in PyTorch, and TensorFlow has no ModernBERT, SmolLM2, Qwen2.5 or Llama folder (8 cells):
-    # excluded from every average, and counted.
-    assert set(averages["cells_used"]) == {21} and set(averages["cells_excluded"]) == {11}
+    # Of the smoke run's cells, those not ok in all four (see SmokeCells) are excluded from every average, and counted.
+    # With --full (16 models, 32 cells): 21 used, 11 excluded.
+    assert set(averages["cells_used"]) == {expected.in_the_study_four}
+    assert set(averages["cells_excluded"]) == {2 * expected.models - expected.in_the_study_four}
     assert (averages["mean_s"] > 0).all()
     assert {p.name for p in (run / "figures").iterdir()} == {
         "framework_averages.png", "tf_over_pt_heatmap.png", "time_vs_sequence.png", "peak_memory.png", "speed_probe.png", "roofline.png",
@@ -67,11 +88,12 @@ def test_summary_renders_html_tables_and_figures(smoke_run: Path, tmp_path: Path
     measured = {env for env, count in ok_cells.items() if count}
     speedups = pd.read_csv(run / "tables" / "speedups.csv").set_index("environment")
     assert set(ENVIRONMENTS) | {"cpu-onnxruntime", "cpu-torch-compile", "cpu-openvino"} <= measured <= set(speedups.index)
-    assert speedups.loc["cpu-pytorch", "verdict"] == "baseline" and speedups.loc["cpu-pytorch", "cells"] == 29
+    assert speedups.loc["cpu-pytorch", "verdict"] == "baseline" and speedups.loc["cpu-pytorch", "cells"] == expected.pytorch_ok
     # The cells ok in both: ctrl is unsupported by torch.compile, Transformer-XL by every PyTorch-based backend, and
-    # TensorFlow lacks four architectures.
-    assert speedups.loc["cpu-torch-compile", "cells"] == 28 and speedups.loc["cpu-tensorflow", "cells"] == 21
-    assert speedups.loc[sorted(measured - {"cpu-tensorflow", "cpu-tensorflow-xla"}), "cells"].between(28, 29).all()
+    # TensorFlow lacks architectures (with --full: 29, 28 and 21).
+    assert speedups.loc["cpu-torch-compile", "cells"] == expected.pytorch_ok - 1
+    assert speedups.loc["cpu-tensorflow", "cells"] == expected.in_the_study_four
+    assert speedups.loc[sorted(measured - {"cpu-tensorflow", "cpu-tensorflow-xla"}), "cells"].between(expected.pytorch_ok - 1, expected.pytorch_ok).all()
     # Agreement beside the speed-up: every compared float32 environment agrees at least 99% (the user's folders on text).
     assert (speedups.loc[["cpu-onnxruntime", "cpu-openvino", "cpu-torch-compile", "cpu-tensorflow"], "agreement"] >= 0.99).all()
     assert set(speedups["weights"].dropna()) == {"pretrained, random"}
@@ -79,21 +101,22 @@ def test_summary_renders_html_tables_and_figures(smoke_run: Path, tmp_path: Path
     assert "Agreement on random weights says how far an environment's numbers move" in page
     assert (speedups.loc[sorted(measured), "speedup"] > 0).all()
     fastest = pd.read_csv(run / "tables" / "fastest.csv")
-    assert len(fastest) == 32 and set(fastest["fastest"].dropna()) <= measured
+    assert len(fastest) == 2 * expected.models and set(fastest["fastest"].dropna()) <= measured
     for name in ("speedups_per_model", "pytorch_vs_tensorflow", "torchscript_vs_eager", "xla_vs_function", "distilled_vs_teacher", "claims_2019", "excluded_cells", "threads",
                  "peak_memory_mib", "fraction_of_peak", "efficiency_cells", "time_to_first_result"):  # fmt: skip
         assert (run / "tables" / f"{name}.csv").is_file(), name
     first_result = pd.read_csv(run / "tables" / "time_to_first_result.csv").set_index("environment")
     assert set(first_result.index) == measured and (first_result["cold_median_s"] >= first_result["warm_median_s"]).all()
     spreadsheet = (run / "tables" / "spreadsheet_2019_cpu-tensorflow-xla.csv").read_text().splitlines()
-    assert spreadsheet[0] == ",".join(COLUMNS_2019) and len(spreadsheet) == 17  # the header and 16 models
+    assert spreadsheet[0] == ",".join(COLUMNS_2019) and len(spreadsheet) == 1 + expected.models  # the header and a line per model
 
     # How close to the machine's limit: the runner measured the limits, the sweep counted each ok cell's FLOPs.
     assert "of the measured float32 peak" in page and "Peak float32 matrix multiply" in page
     cells = pd.read_csv(run / "tables" / "efficiency_cells.csv")
-    # Every ok cell of a catalogue model (the user's folders have no FLOP formulas): 29 ok in eager PyTorch (25 of the
-    # catalogue), 23 in each TensorFlow one (Transformer-XL runs there; 21 of the catalogue), ...
-    assert ok_cells["cpu-pytorch"] == 29 and ok_cells["cpu-tensorflow"] == ok_cells["cpu-tensorflow-xla"] == 23
+    # Every ok cell of a catalogue model (the user's folders have no FLOP formulas); with --full 29 ok in eager PyTorch
+    # (25 of the catalogue), 23 in each TensorFlow one (Transformer-XL runs there; 21 of the catalogue), ...
+    assert ok_cells["cpu-pytorch"] == expected.pytorch_ok
+    assert ok_cells["cpu-tensorflow"] == ok_cells["cpu-tensorflow-xla"] == expected.tensorflow_ok
     every_ok = pd.concat([read_results(run / env) for env in CPU_ENVIRONMENTS]).query("status == 'ok'")
     assert len(cells) == every_ok["model"].isin(list(load_catalogue())).sum() and (cells["flops"] > 0).all() and (cells["fraction_of_peak"] > 0).all()
     assert cells["achieved_flops_per_s"].tolist() == pytest.approx((cells["flops"] / cells["time_s"]).tolist())
@@ -107,6 +130,7 @@ def test_summary_renders_html_tables_and_figures(smoke_run: Path, tmp_path: Path
 
 
 @pytest.mark.e2e
+@pytest.mark.full
 def test_partial_run_without_xla_renders_what_is_there(smoke_run: Path, tmp_path: Path) -> None:
     run = tmp_path / "partial"
     for environment in ("cpu-pytorch", "cpu-tensorflow"):
@@ -133,6 +157,7 @@ def test_render_summary_names_a_missing_run_folder(tmp_path: Path) -> None:
 
 
 @pytest.mark.e2e
+@pytest.mark.full
 def test_a_run_from_before_interference_and_probes_renders_and_says_so(tmp_path: Path) -> None:
     run = tmp_path / "old"
     for environment in ("cpu-pytorch", "cpu-tensorflow"):
