@@ -157,7 +157,6 @@ def test_render_summary_names_a_missing_run_folder(tmp_path: Path) -> None:
 
 
 @pytest.mark.e2e
-@pytest.mark.full
 def test_a_run_from_before_interference_and_probes_renders_and_says_so(tmp_path: Path) -> None:
     run = tmp_path / "old"
     for environment in ("cpu-pytorch", "cpu-tensorflow"):
