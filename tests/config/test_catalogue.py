@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+import yaml
 
 from benchlib.backends import load_backend, model_class, unsupported_reason
 from benchlib.backends import pytorch as pytorch_backend
 from benchlib.config.catalogue import get_model, load_catalogue
+from benchlib.paths import PARAMETERS_DIR
 from benchlib.workloads.inputs import random_ids
+from tests.conftest import SMOKE_MODELS_DEFAULT
 from tests.frameworks import run_python
 
 STUDY_MODELS = [
@@ -193,11 +196,6 @@ def test_eager_gpt2_returns_no_key_value_cache_and_records_its_attention():
 
 
 def test_the_smoke_grid_holds_every_catalogue_model_and_make_tests_smoke_run_some_of_them() -> None:
-    import yaml
-
-    from benchlib.paths import PARAMETERS_DIR
-    from tests.conftest import SMOKE_MODELS_DEFAULT
-
     smoke = yaml.safe_load((PARAMETERS_DIR / "grids" / "smoke.yaml").read_text(encoding="utf-8"))["models"]
     assert sorted(smoke) == sorted(load_catalogue())  # `make test-full` runs each catalogue model in every environment
     assert set(SMOKE_MODELS_DEFAULT) < set(smoke)
