@@ -3,10 +3,10 @@
 Runs, with this interpreter, one after the other, each tier asked for, and prints for each its wall time,
 its outcome and the files that took longest, with the CPU they ran on:
 - quick: `pytest -m "not e2e"`, the kit's own logic on tiny eager PyTorch models;
-- test: `pytest`, what `make test` runs (the quick tier, and one end-to-end check of each guarantee:
+- test: `pytest -n 2`, what `make test` runs (the quick tier, and one end-to-end check of each guarantee:
   every CPU environment through the real notebook on a few models, the summary, generation, a killed
   kernel and runner, out-of-memory, the cluster);
-- full: `pytest --full`, what `make test-full` runs (also every catalogue model in every environment,
+- full: `pytest -n 2 --full`, what `make test-full` runs (also every catalogue model in every environment,
   and the variations of a guarantee that `make test` checks once).
 Targets: the quick tier under 2 minutes; `make test`'s within 20 minutes on a 2-core machine, the
 AVX2-only one included (`make test-full` has none). Exit status 1 when a tier fails or misses its target.
@@ -33,7 +33,8 @@ from pathlib import Path
 from benchlib.machine import cpu_flags, cpu_model, usable_cores
 from benchlib.paths import PROJECT_ROOT
 
-TIERS = {"quick": ["-m", "not e2e"], "test": [], "full": ["--full"]}  # pytest's arguments for each tier
+# pytest's arguments for each tier: `make test` and `make test-full` run on two workers (the Makefile's TEST_WORKERS)
+TIERS = {"quick": ["-m", "not e2e"], "test": ["-n", "2"], "full": ["-n", "2", "--full"]}
 TARGET_S = {"quick": 120.0, "test": 20 * 60.0}
 
 

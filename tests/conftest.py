@@ -1,4 +1,5 @@
-"""Shared fixtures: the kit's command line, and one smoke run of every CPU environment per test session."""
+"""Shared fixtures (the kit's command line, one smoke run of every CPU environment per test session) and how the suite
+runs on pytest-xdist workers (`make test`)."""
 
 from __future__ import annotations
 
@@ -35,13 +36,57 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Without `--full`, tests marked `full` are deselected (reported as such, never skipped)."""
-    if config.getoption("full"):
-        return
-    full = [item for item in items if item.get_closest_marker("full")]
-    if full:
-        config.hook.pytest_deselected(items=full)
-        items[:] = [item for item in items if not item.get_closest_marker("full")]
+    """Without `--full`, tests marked `full` are deselected (reported as such, never skipped). The smoke run's modules
+    and the generate run's come first: under `pytest -n` they start at once, one on each worker."""
+    if not config.getoption("full"):
+        full = [item for item in items if item.get_closest_marker("full")]
+        if full:
+            config.hook.pytest_deselected(items=full)
+            items[:] = [item for item in items if not item.get_closest_marker("full")]
+    strays = {item.nodeid for item in items if "smoke_run" in getattr(item, "fixturenames", ()) and work_unit(item.nodeid) != SMOKE_RUN}
+    if strays:
+        raise pytest.UsageError(f"tests use the smoke run outside SMOKE_RUN_MODULES (tests/conftest.py): {sorted(strays)}")
+    items.sort(key=lambda item: FIRST_UNITS.index(unit) if (unit := work_unit(item.nodeid)) in FIRST_UNITS else len(FIRST_UNITS))
+
+
+# `make test` runs the suite on two workers (pytest-xdist, `pytest -n 2`), each on its own share of the CPUs (one core
+# each on two), which the kernels and subprocesses of its tests inherit: a worker's measurements never compete with the
+# other's for a core (the kit counts interference on the CPUs a process may use). A module is a unit of work, run whole
+# on one worker so that its fixtures are built once; the modules that share the session's smoke run are one unit.
+SMOKE_RUN = "smoke run"
+SMOKE_RUN_MODULES = ("tests/launch/test_crash_recovery.py", "tests/notebooks/test_benchmark_notebook.py", "tests/report/test_summary_notebook.py")
+FIRST_UNITS = (SMOKE_RUN, "tests/notebooks/test_generate_run.py")  # the two longest (minutes each)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In a pytest-xdist worker: this process, and every process it starts, runs on the worker's share of the CPUs."""
+    if (workerinput := getattr(config, "workerinput", None)) is not None:
+        os.sched_setaffinity(0, worker_cpus(os.sched_getaffinity(0), int(workerinput["workerid"].removeprefix("gw")), workerinput["workercount"]))
+
+
+def worker_cpus(cpus: set[int], worker: int, workers: int) -> set[int]:
+    """Worker `worker`'s share of `cpus` among `workers`: every workers-th CPU; workers beyond the CPUs share them."""
+    ordered = sorted(cpus)
+    return set(ordered[worker % len(ordered) :: workers])
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to under `pytest -n`: its module, or SMOKE_RUN."""
+    module = nodeid.split("::")[0]
+    return SMOKE_RUN if module in SMOKE_RUN_MODULES else module
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """pytest-xdist's scheduling by module (`--dist loadfile`) with `work_unit`'s units, in collection order."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WorkUnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    config.option.loadscopereorder = False  # collection order: FIRST_UNITS first, not the units with the most tests
+    return WorkUnitScheduling(config, log)
 
 
 @pytest.fixture(scope="session", autouse=True)
