@@ -34,7 +34,7 @@ def busy_process() -> Iterator[subprocess.Popen]:
 
 
 def busy_for(seconds: float) -> None:
-    """Work in this process (two PyTorch threads), which is not interference."""
+    """Work in this process (its PyTorch threads), which is not interference."""
     a = torch.randn(256, 256)
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
