@@ -61,13 +61,14 @@ FIRST_UNITS = (SMOKE_RUN, "tests/notebooks/test_generate_run.py")  # the two lon
 def pytest_configure(config: pytest.Config) -> None:
     """In a pytest-xdist worker: this process, and every process it starts, runs on the worker's share of the CPUs."""
     if (workerinput := getattr(config, "workerinput", None)) is not None:
-        os.sched_setaffinity(0, worker_cpus(os.sched_getaffinity(0), int(workerinput["workerid"].removeprefix("gw")), workerinput["workercount"]))
+        os.sched_setaffinity(0, worker_cpus(os.sched_getaffinity(0), workerinput["workerid"], workerinput["workercount"]))
 
 
-def worker_cpus(cpus: set[int], worker: int, workers: int) -> set[int]:
-    """Worker `worker`'s share of `cpus` among `workers`: every workers-th CPU; workers beyond the CPUs share them."""
+def worker_cpus(cpus: set[int], workerid: str, workers: int) -> set[int]:
+    """The share of `cpus` of worker `workerid` ("gw0", "gw1", ...) among `workers`: every workers-th CPU; workers
+    beyond the CPUs share them."""
     ordered = sorted(cpus)
-    return set(ordered[worker % len(ordered) :: workers])
+    return set(ordered[int(workerid.removeprefix("gw")) % len(ordered) :: workers])
 
 
 def work_unit(nodeid: str) -> str:

@@ -28,11 +28,11 @@ def test_probe():
 
 @pytest.mark.parametrize("cpus, workers", [({0, 1}, 2), ({0, 1, 2, 3, 4}, 2), ({3}, 2), ({0, 2, 4}, 3), ({0, 1}, 1)])
 def test_the_workers_shares_are_disjoint_cover_the_cpus_and_are_never_empty(cpus: set[int], workers: int) -> None:
-    shares = [worker_cpus(cpus, worker, workers) for worker in range(workers)]
+    shares = [worker_cpus(cpus, f"gw{worker}", workers) for worker in range(workers)]
     assert all(shares) and set().union(*shares) == cpus
     if len(cpus) >= workers:
         assert sum(len(share) for share in shares) == len(cpus)  # disjoint
-    assert worker_cpus({0, 1}, 0, 2) == {0} and worker_cpus({0, 1}, 1, 2) == {1}
+    assert worker_cpus({0, 1}, "gw0", 2) == {0} and worker_cpus({0, 1}, "gw1", 2) == {1}
 
 
 def test_the_smoke_runs_modules_are_one_unit_and_the_others_their_own() -> None:
@@ -53,6 +53,6 @@ def test_each_worker_and_the_processes_its_tests_start_run_on_its_own_cpus(tmp_p
     assert {record["worker"] for record in records} == {"gw0", "gw1"}  # one unit (module) each
     mine = os.sched_getaffinity(0)
     for record in records:
-        assert record["child"] == record["cpus"] == sorted(worker_cpus(mine, int(record["worker"][2:]), 2))
+        assert record["child"] == record["cpus"] == sorted(worker_cpus(mine, record["worker"], 2))
     if len(mine) >= 2:
         assert not set(records[0]["cpus"]) & set(records[1]["cpus"])
