@@ -25,6 +25,7 @@ import yaml
 from benchlib import read_results
 from benchlib.cli import main
 from benchlib.config.jobs import plan_run
+from benchlib.launch import cluster as cluster_module
 from benchlib.launch.cluster import ClusterError, ClusterRun, parse_cluster_address
 from benchlib.paths import PROJECT_ROOT
 from benchlib.store.environment import merge_environment
@@ -78,11 +79,14 @@ def test_cluster_addresses() -> None:
 
 
 @pytest.mark.e2e
-def test_no_scheduler_at_the_address_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_scheduler_at_the_address_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cluster_module, "CONNECT_TIMEOUT_S", 1)  # the shipped 10 s, waited for nothing
     address = f"tcp://127.0.0.1:{free_port()}"
     assert main(["run", "--grid", "smoke", "--out", str(tmp_path / "run"), "--cluster", address, "--no-summary"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"--cluster: no Dask scheduler answered at {address} within 10 s (") and err.count("\n") == 1
+    assert err.startswith(f"--cluster: no Dask scheduler answered at {address} within 1 s (") and err.count("\n") == 1
 
 
 def record(model: str, round_number: int = 1, attempt: int = 1, reason: str = "") -> str:
