@@ -8,7 +8,8 @@ of the log medians: `variance.split`'s `between`). Variants change one thing the
 - `default`: the environment as shipped;
 - `onednn-off`: TF_ENABLE_ONEDNN_OPTS=0 (TensorFlow without oneDNN's kernels and their primitive cache);
 - `one-thread`: num_threads 1 (no intra-op thread pool to settle);
-- `no-aslr`: the process started under `setarch -R` (the same addresses every time: where memory lands).
+- `no-aslr`: the process started under `setarch -R` (the same addresses every time: where memory lands);
+- `thp`: THP_MEM_ALLOC_ENABLE=1 (PyTorch asks for transparent huge pages for its large CPU allocations).
 
 Run it on a quiet machine; never beside other work (its own figures would move):
 
@@ -45,6 +46,7 @@ VARIANTS: dict[str, tuple[dict[str, str], list[str], dict]] = {
     "onednn-off": ({"TF_ENABLE_ONEDNN_OPTS": "0"}, [], {}),
     "one-thread": ({}, [], {"num_threads": 1}),
     "no-aslr": ({}, ["setarch", "-R"], {}),
+    "thp": ({"THP_MEM_ALLOC_ENABLE": "1"}, [], {}),
 }
 
 
