@@ -82,11 +82,18 @@ def params(tmp_path, **overrides):
     return {**values, **overrides}
 
 
+# The disturbed threshold of the tests that need a quiet phase. A quiet phase is quiet of this test's processes only:
+# under `pytest -n 2` the other worker's file writes make the system write back on this worker's CPU too (4% of it
+# measured beside a writer pinned to the other CPU, more while it exports models), where the busy process takes half.
+QUIET_ENOUGH = 0.15
+
+
 @pytest.mark.e2e
 def test_cells_measured_beside_a_busy_process_are_disturbed_and_quiet_ones_are_not(tmp_path):
+    once = dict(remeasure=0, max_interference=QUIET_ENOUGH)
     with busy_process():
-        loud = run_environment(params(tmp_path, remeasure=0, output_dir=str(tmp_path / "loud")), progress=False)
-    quiet = run_environment(params(tmp_path, remeasure=0, output_dir=str(tmp_path / "quiet")), progress=False)
+        loud = run_environment(params(tmp_path, **once, output_dir=str(tmp_path / "loud")), progress=False)
+    quiet = run_environment(params(tmp_path, **once, output_dir=str(tmp_path / "quiet")), progress=False)
     assert loud.status.eq("ok").all() and quiet.status.eq("ok").all()
     assert loud.disturbed.tolist() == [True] * 4 and (loud.interference > 0.2).all()
     # Quiet: no other process of this test; a background blip may still touch one cell.
@@ -106,7 +113,7 @@ def test_disturbed_cells_are_measured_again_and_the_least_disturbed_row_is_kept(
             return real_probe(label)
 
         monkeypatch.setattr(sweep_module, "run_probe", probe)
-        kept = run_environment(params(tmp_path), progress=False)
+        kept = run_environment(params(tmp_path, max_interference=QUIET_ENOUGH), progress=False)
     every = read_results(tmp_path / "cpu-pytorch", every_attempt=True)
     first = every[every.attempt == 1]
     assert len(first) == 4 and first.disturbed.all() and set(every.attempt) >= {1, 2}
