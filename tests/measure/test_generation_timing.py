@@ -4,6 +4,7 @@ inside the call or with two calls where the loop cannot be seen into; what a row
 from __future__ import annotations
 
 import json
+
 import numpy as np
 import pytest
 
@@ -79,3 +80,14 @@ def test_the_median_and_90th_percentile_of_the_steps_are_over_every_step_of_ever
     row = measured.row_fields()
     assert row["tpot_s"] == pytest.approx(0.2) and row["tpot_p90_s"] == pytest.approx(np.percentile([0.1, 0.1, 0.5, 0.2, 0.2, 0.3], 90))
     assert row["generate_s"] == pytest.approx(1.1) and (row["token_agreement"], row["first_divergence"], row["token_clock"]) == (0.5, 3, TWO_CALLS)
+
+
+def test_later_tokens_that_would_take_no_time_are_left_empty() -> None:
+    # "Two calls" beside other work: in most samples the one-token call outlasted the whole call.
+    measured = GenerationMeasurement(
+        calls_s=(0.005, 0.0047, 0.0092), ttft_s=(0.0081, 0.0079, 0.0070), steps_s=((-0.001,), (-0.0011,), (0.0007,)), batch_size=1,
+        new_tokens=4, token_clock=TWO_CALLS,
+    )  # fmt: skip
+    row = measured.row_fields()
+    assert (row["tpot_s"], row["tpot_p90_s"]) == ("", "") and row["ttft_s"] == pytest.approx(0.0079)
+    assert row["generate_s"] == pytest.approx(0.005) and json.loads(row["tpot_samples_s"]) == pytest.approx([-0.001, -0.0011, 0.0007])

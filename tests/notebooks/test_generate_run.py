@@ -61,10 +61,11 @@ def test_every_generating_environment_has_one_row_per_cell_ok_or_unsupported_wit
 def test_the_figures_of_a_generate_cell_are_consistent(rows: pd.DataFrame) -> None:
     ok = rows[rows["status"] == OK]
     # "each step" reads the first token inside the call it times; "two calls" times it in a call of its own, so that
-    # a cell measured while other work ran (`disturbed`) can have its first token slower than its whole call.
+    # a cell measured while other work ran (`disturbed`) can have its first token slower than its whole call (and then
+    # no time per later token).
     steady = ok[(ok["token_clock"] == "each step") | ~ok["disturbed"].eq(True)]
     assert (ok["ttft_s"] > 0).all() and (steady["ttft_s"] < steady["generate_s"]).all() and (steady["tpot_s"] > 0).all()
-    assert (ok["tpot_s"] <= ok["tpot_p90_s"]).all() and (ok["generate_s"] == ok["median_s"]).all()
+    assert (steady["tpot_s"] <= steady["tpot_p90_s"]).all() and (ok["generate_s"] == ok["median_s"]).all()
     assert ((ok["tokens_per_s"] - ok["batch_size"] * ok["new_tokens"] / ok["generate_s"]).abs() < 1e-6 * ok["tokens_per_s"]).all()
     assert all(len(samples) == repeat for samples, repeat in zip(ok["ttft_samples_s"], ok["repeat"]))
     clocks = ok.groupby("framework")["token_clock"].agg(set)
