@@ -1,4 +1,4 @@
-# make run   the default job: six CPU environments on the quick grid, then the summary
+# make run   the default job: six CPU environments on the quick grid, in two rounds, then the summary
 # make test  the test suite: the kit's logic and one end-to-end check of each guarantee, on two workers
 # make test-full  the exhaustive suite: also every catalogue model in every environment, on two workers
 # make lab   JupyterLab on notebooks/, with a kernel that has the kit installed
