@@ -188,8 +188,10 @@ def interference_notes(rows: pd.DataFrame, environments: list[dict[str, Any]]) -
     Names the environments where it was not measured, then each environment with disturbed cells,
     else gives the largest interference seen. `environments` (`load_environments`) give the threshold.
     """
-    rows = _with_columns(rows, [*CELL_COLUMNS, "status", "interference", "disturbed"])
-    ok = rows[rows["status"] == status.OK].assign(interference=lambda r: pd.to_numeric(r["interference"], errors="coerce"))
+    rows = _with_columns(rows, [*CELL_COLUMNS, "status", "interference", "disturbed", "steal"])
+    ok = rows[rows["status"] == status.OK].assign(
+        interference=lambda r: pd.to_numeric(r["interference"], errors="coerce"), steal=lambda r: pd.to_numeric(r["steal"], errors="coerce")
+    )
     if ok.empty:
         return ["No cell is ok: there is no interference to report."]
     notes = []
@@ -208,7 +210,8 @@ def interference_notes(rows: pd.DataFrame, environments: list[dict[str, Any]]) -
         own = measured[measured["environment"] == env]
         notes.append(
             f"{env}: {len(cells)} of {len(own)} ok cells disturbed (other processes used over {threshold} of the CPUs), "
-            f"median interference {100 * own['interference'].median():.1f}%: its numbers were taken while other processes used the machine."
+            f"median interference {100 * own['interference'].median():.1f}%{_steal_part(cells)}: "
+            "its numbers were taken while other processes used the machine."
         )
     if not disturbed.any():
         worst = measured.loc[measured["interference"].idxmax()]
@@ -218,6 +221,14 @@ def interference_notes(rows: pd.DataFrame, environments: list[dict[str, Any]]) -
             f"({worst['environment']}, {worst['model']} {worst['batch_size']}x{worst['sequence_length']})."
         )
     return notes
+
+
+def _steal_part(disturbed: pd.DataFrame) -> str:
+    """How much of the disturbed cells' interference was the hypervisor's steal (empty where it was not recorded)."""
+    if disturbed["steal"].isna().all():
+        return ""
+    share = disturbed["steal"].sum() / disturbed["interference"].sum() if disturbed["interference"].sum() > 0 else 0.0
+    return f" ({100 * share:.0f}% of the disturbed cells' was steal: the host's other work, not a process on this machine)"
 
 
 PROBE_COLUMNS = ["run", "environment", "machine", "device", "label", "time", "seconds", "workload", "host", "description"]

@@ -6,6 +6,12 @@ same interval, as a fraction of the CPU capacity of that interval (CPUs × secon
 counters are read once before the warm-up and once after the last sample: nothing runs while
 calls are timed.
 
+Steal is the time the hypervisor of a virtual machine ran something else on this machine's CPUs: the
+host's other work, not a process here. It is part of the interference and also kept apart (`steal`),
+so that a reader can tell other work on this machine (which they can stop) from the host's (which
+only a quieter time or another machine avoids). A process whose threads sleep between operations
+(TensorFlow's) is the most exposed to it: each wake-up of an idle virtual CPU waits for the host.
+
 Both are kept by the kernel in clock ticks (usually 1/100 s), so a short interval has a coarse
 resolution: one tick over a 50 ms window on two CPUs is 10% of its capacity. A cell is
 `disturbed` when its interference exceeds the threshold by more than that resolution.
@@ -24,6 +30,7 @@ PROC_SELF_STAT = Path("/proc/self/stat")
 # Fields of a `cpuN` line of /proc/stat (user nice system idle iowait irq softirq steal ...);
 # guest time is already counted in user.
 _BUSY_FIELDS = (0, 1, 2, 5, 6, 7)
+_STEAL_FIELD = 7
 
 
 @dataclass(frozen=True)
@@ -33,6 +40,7 @@ class Interference:
     fraction: float  # 0 to 1
     resolution: float  # one clock tick as a fraction of the interval's capacity
     window_s: float
+    steal: float = 0.0  # the hypervisor's share (other work on the host), part of `fraction`
 
     def disturbed(self, max_interference: float) -> bool:
         """Whether other processes used more than `max_interference` of the machine, beyond the meter's resolution."""
@@ -44,9 +52,9 @@ def _cpus() -> set[int] | None:
     return set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
 
 
-def _busy_ticks(cpus: set[int] | None) -> tuple[int, int]:
-    """Busy clock ticks summed over `cpus` (all CPUs when None), and how many CPUs were counted."""
-    busy, counted = 0, 0
+def _busy_ticks(cpus: set[int] | None) -> tuple[int, int, int]:
+    """Busy clock ticks summed over `cpus` (all CPUs when None), the steal ticks among them, and how many CPUs were counted."""
+    busy, steal, counted = 0, 0, 0
     with open(PROC_STAT, encoding="ascii") as file:
         for line in file:
             if not line.startswith("cpu") or line.startswith("cpu "):
@@ -55,8 +63,9 @@ def _busy_ticks(cpus: set[int] | None) -> tuple[int, int]:
             if cpus is not None and int(name[3:]) not in cpus:
                 continue
             busy += sum(int(values[i]) for i in _BUSY_FIELDS if i < len(values))
+            steal += int(values[_STEAL_FIELD]) if _STEAL_FIELD < len(values) else 0
             counted += 1
-    return busy, counted
+    return busy, steal, counted
 
 
 def _own_ticks() -> int:
@@ -81,23 +90,24 @@ class InterferenceMeter:
     def __init__(self) -> None:
         self._cpus = _cpus()
         self._hz = os.sysconf("SC_CLK_TCK")
-        self._start: tuple[int, int, float] | None = None
+        self._start: tuple[int, int, int, float] | None = None
 
     def start(self) -> None:
-        busy, _ = _busy_ticks(self._cpus)
-        self._start = (busy, _own_ticks(), time.perf_counter())
+        busy, steal, _ = _busy_ticks(self._cpus)
+        self._start = (busy, steal, _own_ticks(), time.perf_counter())
 
     def stop(self) -> Interference:
         end = time.perf_counter()
-        busy, cpus = _busy_ticks(self._cpus)
+        busy, steal, cpus = _busy_ticks(self._cpus)
         own = _own_ticks()
         if self._start is None:
             raise RuntimeError("InterferenceMeter.stop() before start()")
-        busy0, own0, began = self._start
+        busy0, steal0, own0, began = self._start
         capacity_ticks = max(cpus * (end - began) * self._hz, 1.0)
         other_ticks = (busy - busy0) - (own - own0)
         fraction = min(max(other_ticks / capacity_ticks, 0.0), 1.0)  # tick rounding can step just outside
-        return Interference(fraction=fraction, resolution=1.0 / capacity_ticks, window_s=end - began)
+        stolen = min(max((steal - steal0) / capacity_ticks, 0.0), fraction)
+        return Interference(fraction=fraction, resolution=1.0 / capacity_ticks, window_s=end - began, steal=stolen)
 
 
 def make_meter() -> InterferenceMeter | None:

@@ -104,6 +104,7 @@ class Measurement:
             "noisy": self.noisy, "stop_reason": self.stop_reason, "peak_memory_bytes": _number_or_blank(self.peak_memory_bytes),
             "prepare_s": _number_or_blank(self.prepare_s), "warmup_calls": self.warmup_calls,
             "interference": "" if self.interference is None else round(self.interference.fraction, 4),
+            "steal": "" if self.interference is None else round(self.interference.steal, 4),
             "max_abs_diff": _number_or_blank(self.max_abs_diff),
         }  # fmt: skip
 

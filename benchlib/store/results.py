@@ -24,7 +24,7 @@ COLUMNS: tuple[str, ...] = (
     "mean_s", "median_s", "min_s", "std_s", "repeat", "number", "first_call_s", "samples_s",
     "reason",
     "iqr_s", "ci95_low_s", "ci95_high_s", "noisy", "stop_reason", "peak_memory_bytes",
-    "attempt", "interference", "disturbed", "probe_s", "warmup_calls", "prepare_s", "attn_implementation", "round",
+    "attempt", "interference", "steal", "disturbed", "probe_s", "warmup_calls", "prepare_s", "attn_implementation", "round",
     "flops", "precision", "max_abs_diff", "options", "build_s", "export_s", "cold_export_s", "cached",
     "task", "weights", "inputs", "agreement_metric", "agreement",
     "workload", "new_tokens", "generate_s", "ttft_s", "ttft_samples_s", "tpot_s", "tpot_p90_s", "tpot_samples_s",

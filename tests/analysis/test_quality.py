@@ -88,9 +88,9 @@ def test_peak_memory_plot_has_labels_with_units():
 # ---------------------------------------------------------------- interference and the speed probe
 
 
-def attempt(model, sequence, number, interference, disturbed, state="ok", environment="cpu-pytorch"):
+def attempt(model, sequence, number, interference, disturbed, state="ok", environment="cpu-pytorch", steal=""):
     """A results.csv row of one attempt at a cell, as the sweep writes it (blank where the sweep leaves it blank)."""
-    return {
+    return {"steal": steal,
         "environment": environment, "framework": "pytorch", "mode": "eager", "device": "cpu", "model": model,
         "model_scale": "tiny", "batch_size": 1, "sequence_length": sequence, "status": state,
         "median_s": 0.01 * number if state == "ok" else "", "samples_s": "[0.01]" if state == "ok" else "",
@@ -138,6 +138,20 @@ def test_interference_notes_name_unmeasured_and_disturbed_environments(tmp_path)
         "its numbers were taken while other processes used the machine.",
     ]
     assert quality.interference_notes(old, [{}])[0].startswith("Interference was not measured for cpu-tensorflow ")
+
+
+def test_interference_notes_say_how_much_of_the_disturbance_was_the_host_s_steal(tmp_path):
+    rows = written(tmp_path, [
+        attempt("gpt2", 8, 1, 0.20, True, environment="cpu-tensorflow", steal=0.18),
+        attempt("gpt2", 64, 1, 0.10, True, environment="cpu-tensorflow", steal=0.03),
+        attempt("bert-base-cased", 8, 1, 0.01, False, environment="cpu-tensorflow", steal=0.01),
+    ])  # fmt: skip
+    notes = quality.interference_notes(rows, [{"interference": {"max_interference": 0.05}}])
+    assert notes == [
+        "cpu-tensorflow: 2 of 3 ok cells disturbed (other processes used over 5% of the CPUs), median interference 10.0% "
+        "(70% of the disturbed cells' was steal: the host's other work, not a process on this machine): "  # (0.18 + 0.03) / 0.30
+        "its numbers were taken while other processes used the machine."
+    ]
 
 
 def test_interference_notes_give_the_largest_interference_when_nothing_is_disturbed(tmp_path):

@@ -72,6 +72,31 @@ def test_a_short_window_is_judged_within_the_meter_s_resolution():
     assert not Interference(fraction=0.0, resolution=0.0, window_s=1).disturbed(0.0)
 
 
+def proc_stat(ticks: dict[str, int]) -> str:
+    """A /proc/stat whose line for each CPU this process may use holds `ticks` (user ... steal) and the rest 0."""
+    fields = ["user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice"]
+    line = " ".join(str(ticks.get(name, 0)) for name in fields)
+    return "cpu  0 0 0 0 0 0 0 0 0 0\n" + "".join(f"cpu{cpu} {line}\n" for cpu in sorted(os.sched_getaffinity(0))) + "intr 0\n"
+
+
+def test_the_hypervisor_s_steal_is_interference_and_is_kept_apart(tmp_path, monkeypatch):
+    # A machine can not be made to steal on demand: /proc/stat stands in for a host that took 10 ticks of each CPU
+    # and, in the second window, a process here that used 5 more; this process sleeps and uses (nearly) none.
+    stat = tmp_path / "stat"
+    monkeypatch.setattr("benchlib.measure.interference.PROC_STAT", stat)
+    for other, steal in [(0, 10), (5, 10), (5, 0)]:
+        stat.write_text(proc_stat({"user": 1000, "idle": 5000, "steal": 200}))
+        meter = InterferenceMeter()
+        meter.start()
+        time.sleep(0.5)
+        stat.write_text(proc_stat({"user": 1000 + other, "idle": 5000, "steal": 200 + steal}))
+        result = meter.stop()
+        per_cpu_capacity = result.window_s * os.sysconf("SC_CLK_TCK")
+        assert result.steal == pytest.approx(min(steal / per_cpu_capacity, result.fraction), abs=1e-9)
+        # This process's own tick or two over the window comes off the fraction, never off the steal.
+        assert (other + steal) / per_cpu_capacity - 2 * result.resolution <= result.fraction <= (other + steal) / per_cpu_capacity
+
+
 def params(tmp_path, **overrides):
     # Tiny BERT: warm-up and samples of 100 calls last a few tenths of a second per cell.
     values = dict(
@@ -99,6 +124,8 @@ def test_cells_measured_beside_a_busy_process_are_disturbed_and_quiet_ones_are_n
     # Quiet: no other process of this test; a background blip may still touch one cell.
     assert quiet.disturbed.sum() <= 1 and (quiet.interference < 0.2).all()
     assert set(loud.attempts) == set(quiet.attempts) == {1}
+    for rows in (loud, quiet):  # the steal is recorded, as the part of the interference that was the host's
+        assert ((rows.steal >= 0) & (rows.steal <= rows.interference)).all()
 
 
 @pytest.mark.e2e
