@@ -228,7 +228,7 @@ def _steal_part(disturbed: pd.DataFrame) -> str:
     if disturbed["steal"].isna().all():
         return ""
     share = disturbed["steal"].sum() / disturbed["interference"].sum() if disturbed["interference"].sum() > 0 else 0.0
-    return f" ({100 * share:.0f}% of the disturbed cells' was steal: the host's other work, not a process on this machine)"
+    return f" (of the disturbed cells' interference, {100 * share:.0f}% was steal: the host's other work, not a process on this machine)"
 
 
 PROBE_COLUMNS = ["run", "environment", "machine", "device", "label", "time", "seconds", "workload", "host", "description"]

@@ -149,7 +149,7 @@ def test_interference_notes_say_how_much_of_the_disturbance_was_the_host_s_steal
     notes = quality.interference_notes(rows, [{"interference": {"max_interference": 0.05}}])
     assert notes == [
         "cpu-tensorflow: 2 of 3 ok cells disturbed (other processes used over 5% of the CPUs), median interference 10.0% "
-        "(70% of the disturbed cells' was steal: the host's other work, not a process on this machine): "  # (0.18 + 0.03) / 0.30
+        "(of the disturbed cells' interference, 70% was steal: the host's other work, not a process on this machine): "  # (0.18 + 0.03) / 0.30
         "its numbers were taken while other processes used the machine."
     ]
 
