@@ -14,7 +14,7 @@ from benchlib.analysis.compare import DEFAULT_ALPHA, DEFAULT_THRESHOLD, run_comp
 from benchlib.backends import not_installed_message
 from benchlib.config.jobs import DEFAULT_ENVIRONMENTS, DEFAULT_GRID, default_run_dir, plan_run
 from benchlib.config.params import ParameterError
-from benchlib.launch.local import DEFAULT_MAX_RESTARTS, format_duration, measure_machine_limits, run_jobs
+from benchlib.launch.local import DEFAULT_MAX_RESTARTS, format_duration, measure_machine_limits, needs_machine_limits, run_jobs
 from benchlib.launch.signals import stoppable
 from benchlib.paths import PROJECT_ROOT
 from benchlib.store.cache import CACHE_VARIABLE, cache_root
@@ -126,17 +126,20 @@ def command_run(args: argparse.Namespace) -> int:
         return USAGE_ERROR
     print(f"run folder: {run_dir}", flush=True)
     start = time.perf_counter()
+    limits = not args.no_limits and needs_machine_limits(jobs)
+    if not args.no_limits and not limits:
+        print("machine limits: not measured, the run generates only (the roofline places forward passes)", flush=True)
     if args.cluster:
         try:
             outcomes = run_on_cluster(
-                args.cluster, jobs, limits=not args.no_limits, progress=not args.quiet, report=lambda line: print(line, flush=True),
+                args.cluster, jobs, limits=limits, progress=not args.quiet, report=lambda line: print(line, flush=True),
                 max_restarts=args.max_restarts, force=args.force,
             )  # fmt: skip
         except ClusterError as error:
             print(error, file=sys.stderr)
             return USAGE_ERROR
     else:
-        if not args.no_limits:
+        if limits:
             measure_machine_limits(jobs, report=lambda line: print(line, flush=True))
         outcomes = run_jobs(
             jobs, progress=not args.quiet, report=lambda line: print(line, flush=True), max_restarts=args.max_restarts, force=args.force

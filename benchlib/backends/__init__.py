@@ -24,6 +24,7 @@ import dataclasses
 import importlib
 import os
 import pkgutil
+import sys
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -183,6 +184,17 @@ def unsupported_reason(spec: ModelSpec, framework: str, mode: str, precision: st
 def model_class(spec: ModelSpec, framework: str) -> Any:
     """The `transformers` class that backend `framework` builds `spec` from (its registry entry's `model_class`)."""
     return spec.transformers_class(backend_info(framework).model_class)
+
+
+def without_scikit_learn_in_transformers() -> None:
+    """Keep transformers from importing scikit-learn, about 1.3 s of every kernel's start (a fifth of eager
+    PyTorch's) for what no benchmark calls: assisted decoding's confidence threshold and the GLUE metrics. It is
+    told that scikit-learn is absent, in this process only, and only before its generation code is imported (a
+    process that already has it is left as it is). Packages that import scikit-learn themselves (nncf, for
+    OpenVINO's int8) still do."""
+    if "transformers.generation.utils" in sys.modules:
+        return
+    importlib.import_module("transformers.utils.import_utils")._sklearn_available = False
 
 
 def lazy_import(name: str) -> ModuleType:

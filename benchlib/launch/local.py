@@ -109,6 +109,12 @@ def run_jobs(
     return outcomes
 
 
+def needs_machine_limits(jobs: Sequence[EnvironmentJob]) -> bool:
+    """Whether the summary has a use for the machine's limits: the roofline places forward passes only (a generate
+    call has no FLOPs figure), so a run of generation alone does not measure them."""
+    return any(job.params.workload == "forward" for job in jobs)
+
+
 def measure_machine_limits(jobs: Sequence[EnvironmentJob], notebook: Path = LIMITS_NOTEBOOK, report: Callable[[str], None] = print) -> None:
     """The machine's limits (peak GEMM rate, memory bandwidth) for each device of the run, measured once per run:
     `notebooks/machine_limits.ipynb` in a fresh kernel, with the thread count of the device's first environment,

@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 from benchlib import status
 from benchlib.backends import (
     TOLERANCE, Backend, backend_info, is_out_of_memory, load_backend, model_class, not_installed, unsupported_reason, versions_of,
+    without_scikit_learn_in_transformers,
 )
 from benchlib.config.catalogue import ModelSpec
 from benchlib.config.models import has_tokenizer
@@ -286,6 +287,7 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
         return "" if record["seconds"] is None else record["seconds"]
 
     unsupported = {name: model_unsupported(backend, params.model_spec(name), params) for name in dict.fromkeys(model for model, _, _ in grid)}
+    without_scikit_learn_in_transformers()  # once the backend has told transformers which framework it may import
     for name in (name for name, reason in unsupported.items() if reason is None):
         import_model_code(params.model_spec(name), params)
     with imports_frozen(), ResultsWriter(output_dir) as writer, tqdm(total=len(todo), desc=params.environment, disable=not progress) as bar:

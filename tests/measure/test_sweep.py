@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from benchlib import read_results, run_environment
+from benchlib.backends import without_scikit_learn_in_transformers
 from benchlib.backends.pytorch import PyTorchBackend
 from benchlib.config.params import ParameterError
 from benchlib.store.results import COLUMNS
@@ -85,6 +86,30 @@ def test_tensorflow_out_of_memory_ends_one_cell_and_the_sweep_goes_on(tmp_path):
     )
     assert statuses[0] == ["oom", "ok"], statuses
     assert "ResourceExhaustedError" in statuses[1][0]
+
+
+@pytest.mark.e2e
+def test_a_sweep_does_not_import_scikit_learn_through_transformers(tmp_path):
+    """transformers imports scikit-learn only for what no benchmark calls (about 1.3 s of every kernel's start)."""
+    grid = params(tmp_path, models=["gpt2"], repeat=1, number=1)
+    imported = run_python(
+        f"""
+        import json, sys, benchlib
+        rows = benchlib.run_environment({grid!r}, progress=False)
+        sklearn = sorted(name for name in sys.modules if name.partition(".")[0] == "sklearn")
+        print(json.dumps([rows.status.tolist(), "transformers.generation.utils" in sys.modules, sklearn]))
+        """
+    )
+    assert imported == [["ok"], True, []]
+
+
+def test_a_process_that_has_transformers_generation_keeps_its_scikit_learn():
+    import transformers.generation.utils  # noqa: F401
+    from transformers.utils import is_sklearn_available
+
+    assert is_sklearn_available()  # installed (nncf needs it)
+    without_scikit_learn_in_transformers()
+    assert is_sklearn_available()
 
 
 def test_cuda_out_of_memory_with_a_fake_gpu(tmp_path, monkeypatch):

@@ -15,6 +15,7 @@ from benchlib.backends.pytorch import bfloat16_unsupported
 from benchlib.config.jobs import environment_sets
 from benchlib.paths import PARAMETERS_DIR
 from benchlib.status import OK, UNSUPPORTED
+from benchlib.store.layout import LIMITS_FILE
 from tests.conftest import NetworkBlock, RunCli
 
 GRID = yaml.safe_load((PARAMETERS_DIR / "grids" / "generate-smoke.yaml").read_text(encoding="utf-8"))
@@ -95,3 +96,4 @@ def test_the_summary_of_a_generate_run_has_the_generation_section(generate_run: 
     claims = pd.read_csv(tables / "claims_2022.csv")
     assert len(claims) == 2 and set(claims["holds"]) <= {"holds", "does not hold", "inconclusive", "not checked"}
     assert not (tables / "framework_averages.csv").is_file() or pd.read_csv(tables / "framework_averages.csv").empty  # no forward cell
+    assert not (generate_run / LIMITS_FILE).exists()  # nor the machine's limits, which only the forward passes' roofline uses
