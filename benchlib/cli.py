@@ -128,7 +128,7 @@ def command_run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     limits = not args.no_limits and needs_machine_limits(jobs)
     if not args.no_limits and not limits:
-        print("machine limits: not measured, the run generates only (the roofline places forward passes)", flush=True)
+        print("machine limits: not measured (the run only generates text; the roofline places forward passes only)", flush=True)
     if args.cluster:
         try:
             outcomes = run_on_cluster(
