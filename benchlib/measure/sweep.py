@@ -69,6 +69,7 @@ def measure_cell(
             measurement, (state, reason), columns = timed(backend, model, spec, params, backend.as_inputs(ids.ids), meter)
         measurement = dataclasses.replace(measurement, peak_memory_bytes=peak.bytes)
     except Exception as exc:  # any failure ends this cell only
+        raise_if_interrupted(exc)
         return (*failure(exc, params, peak.bytes if backend.device == "cpu" else None), {})
     return state, measurement, reason, {"inputs": ids.kind, **columns}
 
@@ -122,6 +123,21 @@ def within_tolerance(compared: Agreement, precision: str) -> tuple[str, str]:
     )
 
 
+def raise_if_interrupted(exc: BaseException) -> None:
+    """Raise KeyboardInterrupt when `exc` was raised while an interrupt (the user's Ctrl-C, or the runner's stop)
+    unwound: a library's clean-up can fail on its half-done state and replace the interrupt (torch's vmap asserts
+    `!dynamicLayerStack.empty()` when interrupted as it starts). The cell was stopped, not failed: it must not be
+    recorded as an `error`, which a rerun would keep, but measured again."""
+    seen, chain = set(), [exc]
+    while chain:
+        link = chain.pop()
+        if isinstance(link, KeyboardInterrupt):
+            raise KeyboardInterrupt from exc
+        if link is not None and id(link) not in seen:
+            seen.add(id(link))
+            chain += [link.__cause__, link.__context__]
+
+
 def failure(exc: Exception, params: BenchmarkParams, peak_resident: int | None = None) -> tuple[str, None, str]:
     """(status, None, reason) of a failed cell: `unsupported` where the backend says it cannot run the model,
     `oom` for an allocator's error, or for any error raised while the process is at `memory_limit_gb`
@@ -160,6 +176,7 @@ def sweep_model(
                         built = build_cost(time.perf_counter() - start, artefacts)
                     attention = backend.attn_implementation(model)
                 except Exception as exc:  # the model's cells fail, the sweep goes on
+                    raise_if_interrupted(exc)
                     state, _, reason = failure(exc, params)
                     build_failure = (state, f"building the model: {reason}")
             if build_failure:
@@ -211,8 +228,8 @@ def import_model_code(spec: ModelSpec, params: BenchmarkParams) -> None:
         model_class(spec, params.framework)
         if params.inputs == "text" and has_tokenizer(spec.source):
             load_tokenizer(str(spec.source), spec.trust_remote_code)
-    except Exception:  # noqa: S110 - reported by the build, cell by cell
-        pass
+    except Exception as exc:  # reported by the build, cell by cell
+        raise_if_interrupted(exc)
 
 
 def first_to_build(spec: ModelSpec, params: BenchmarkParams, shapes: list[tuple[int, int]]) -> Cell | None:

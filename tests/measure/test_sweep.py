@@ -12,6 +12,7 @@ from benchlib import read_results, run_environment
 from benchlib.backends import without_scikit_learn_in_transformers
 from benchlib.backends.pytorch import PyTorchBackend
 from benchlib.config.params import ParameterError
+from benchlib.store.recovery import read_in_flight
 from benchlib.store.results import COLUMNS
 from tests.frameworks import run_python
 
@@ -103,11 +104,11 @@ def test_a_sweep_does_not_import_scikit_learn_through_transformers(tmp_path):
     assert imported == [["ok"], True, []]
 
 
-def test_a_process_that_has_transformers_generation_keeps_its_scikit_learn():
-    import transformers.generation.utils  # noqa: F401
-    from transformers.utils import is_sklearn_available
+def test_a_process_that_has_transformers_generation_keeps_its_scikit_learn(monkeypatch):
+    import transformers.generation.utils  # noqa: F401  (imported: whether it uses scikit-learn is settled)
+    from transformers.utils import import_utils, is_sklearn_available
 
-    assert is_sklearn_available()  # installed (nncf needs it)
+    monkeypatch.setattr(import_utils, "_sklearn_available", True)  # as in a process no sweep has run in
     without_scikit_learn_in_transformers()
     assert is_sklearn_available()
 
@@ -158,6 +159,27 @@ def test_errors_stay_in_their_cell(tmp_path, monkeypatch):
     rows = run_environment(grid, progress=False)
     assert rows.status.tolist() == ["error", "error", "ok", "ok"]
     assert rows.reason[0] == "building the model: ValueError: broken configuration"
+
+
+@pytest.mark.parametrize("step", ["build", "prepare"])
+def test_an_interrupt_that_a_library_turns_into_another_error_stops_the_sweep(tmp_path, monkeypatch, step):
+    """Interrupted as it starts, torch's vmap fails in its clean-up (`!dynamicLayerStack.empty()`) and replaces the
+    KeyboardInterrupt: the sweep stops as for the interrupt, and the cell is measured again, not kept as an error."""
+    real = getattr(PyTorchBackend, step)
+
+    def interrupted(self, *args):
+        try:
+            raise KeyboardInterrupt
+        finally:
+            raise RuntimeError("!dynamicLayerStack.empty() INTERNAL ASSERT FAILED")
+
+    monkeypatch.setattr(PyTorchBackend, step, interrupted)
+    grid = params(tmp_path, models=["gpt2", "bert-base-cased"])
+    with pytest.raises(KeyboardInterrupt):
+        run_environment(grid, progress=False)
+    assert read_results(tmp_path / "cpu-pytorch").empty and read_in_flight(tmp_path / "cpu-pytorch") is None
+    monkeypatch.setattr(PyTorchBackend, step, real)
+    assert run_environment(grid, progress=False).status.tolist() == ["ok", "ok"]
 
 
 def test_rerun_resumes_without_measuring_finished_cells(tmp_path):
