@@ -163,8 +163,8 @@ def test_errors_stay_in_their_cell(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("step", ["build", "prepare"])
 def test_an_interrupt_that_a_library_turns_into_another_error_stops_the_sweep(tmp_path, monkeypatch, step):
-    """Interrupted as it starts, torch's vmap fails in its clean-up (`!dynamicLayerStack.empty()`) and replaces the
-    KeyboardInterrupt: the sweep stops as for the interrupt, and the cell is measured again, not kept as an error."""
+    """A library's clean-up that fails while an interrupt unwinds (torch's vmap: `!dynamicLayerStack.empty()`) replaces
+    the KeyboardInterrupt: the sweep stops as for the interrupt, and the cell is measured again, not kept as an error."""
     real = getattr(PyTorchBackend, step)
 
     def interrupted(self, *args):
