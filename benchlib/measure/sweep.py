@@ -126,8 +126,8 @@ def within_tolerance(compared: Agreement, precision: str) -> tuple[str, str]:
 def raise_if_interrupted(exc: BaseException) -> None:
     """Raise KeyboardInterrupt when `exc` was raised while an interrupt (the user's Ctrl-C, or the runner's stop)
     unwound: a library's clean-up can fail on its half-done state and replace the interrupt (torch's vmap, seen
-    asserting `!dynamicLayerStack.empty()` in a kernel interrupted during a GPT-2 cell). The cell was stopped, not failed: it must not be
-    recorded as an `error`, which a rerun would keep, but measured again."""
+    asserting `!dynamicLayerStack.empty()` in a kernel interrupted during a GPT-2 cell). The cell was stopped, not
+    failed: it must not be recorded as an `error`, which a rerun would keep, but measured again."""
     seen, chain = set(), [exc]
     while chain:
         link = chain.pop()
