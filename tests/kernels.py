@@ -34,13 +34,14 @@ def has_row(env_dir: Path, cell: dict[str, Any]) -> bool | None:
 
 def kill_mid_cell(
     env_dir: Path, runner: subprocess.Popen, min_rows: int = 0, wanted: Callable[[dict[str, Any]], bool] = lambda cell: True,
-    timeout_s: float = 300,
+    timeout_s: float = 300, signum: signal.Signals = signal.SIGKILL,
 ) -> dict[str, Any]:  # fmt: skip
-    """SIGKILL the kernel writing into `env_dir` once `min_rows` rows are written and a `wanted` cell is in flight
-    with no row yet (the kernel is in the speed probe before its model, building it, or measuring it); return
+    """Kill the kernel writing into `env_dir` with `signum` once `min_rows` rows are written and a `wanted` cell is in
+    flight with no row yet (the kernel is in the speed probe before its model, building it, or measuring it); return
     that cell's in-flight record. The kernel is stopped (SIGSTOP) while this is checked, so that the cell cannot
     end between the check and the kill, however fast the machine: the cell returned is the one that the kit
-    must record as `crashed`."""
+    must record as `crashed`. A signal other than SIGKILL waits until the kernel is continued (SIGCONT), and
+    is then delivered before it runs anything else."""
     deadline = time.monotonic() + timeout_s
     while True:
         assert time.monotonic() < deadline and runner.poll() is None, f"no wanted cell was in flight after {min_rows} rows in {env_dir}"
@@ -53,7 +54,9 @@ def kill_mid_cell(
                 continue
             now = read_in_flight(env_dir)  # what the stopped kernel is doing
             if now and now["pid"] == pid and wanted(now) and has_row(env_dir, now) is False:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, signum)
+                if signum != signal.SIGKILL:
+                    os.kill(pid, signal.SIGCONT)
                 return now
             os.kill(pid, signal.SIGCONT)
         time.sleep(0.02)

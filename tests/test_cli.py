@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from benchlib import read_results
 from benchlib.cli import main
 from benchlib.config.jobs import DEFAULT_ENVIRONMENTS, default_run_dir, environment_sets, expand_environments, plan_run
 from benchlib.config.params import ParameterError, notebook_parameters
+from benchlib.machine import package_version
 from benchlib.paths import PARAMETERS_DIR, PROJECT_ROOT
 from tests.kernels import kill_mid_cell
 
@@ -136,7 +138,8 @@ def test_an_environment_whose_kernel_dies_does_not_stop_the_others(tmp_path: Pat
     """The first environment's kernel is killed mid-sweep (no restart allowed); the second still runs; the exit status says one failed.
 
     The kill comes once a row is written and the next cell is in flight (`kill_mid_cell`), so that on any machine,
-    however fast or slow, the cell in flight is the one that ends `crashed`."""
+    however fast or slow, the cell in flight is the one that ends `crashed`. The signal is SIGFPE, as a runtime's
+    division by zero sends it: the row says so, and which runtime was measuring."""
     victim = write_yaml(tmp_path / "victim.yaml", {"environment": "cpu-victim", "framework": "pytorch", "mode": "eager", "num_threads": 1, "repeat": 200})
     models = write_yaml(tmp_path / "models.yaml", {"models": ["gpt2", "bert-base-cased", "distilgpt2"]})
     run_dir = tmp_path / "run"
@@ -146,7 +149,7 @@ def test_an_environment_whose_kernel_dies_does_not_stop_the_others(tmp_path: Pat
     ]  # fmt: skip
     process = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        killed = kill_mid_cell(run_dir / "cpu-victim", process, min_rows=1)  # a cell is done, the next one in flight
+        killed = kill_mid_cell(run_dir / "cpu-victim", process, min_rows=1, signum=signal.SIGFPE)  # a cell is done, the next one in flight
         output, _ = process.communicate(timeout=300)
     finally:
         if process.poll() is None:
@@ -159,6 +162,8 @@ def test_an_environment_whose_kernel_dies_does_not_stop_the_others(tmp_path: Pat
     victim_rows = read_results(run_dir / "cpu-victim")
     assert 2 <= len(victim_rows) < 6 and set(victim_rows["status"]) == {"ok", "crashed"}
     assert victim_rows["status"].iloc[-1] == "crashed"  # the cell in flight when the kernel died
+    torch = f"torch {package_version('torch')}"
+    assert victim_rows["reason"].iloc[-1].startswith(f"kernel died (SIGFPE: Floating point exception) while measuring with {torch} (measuring since ")
     assert tuple(victim_rows[["model", "batch_size", "sequence_length"]].iloc[-1]) == (killed["model"], killed["batch_size"], killed["sequence_length"])
     assert (run_dir / "cpu-victim" / "benchmark.ipynb").exists() and (run_dir / "cpu-victim" / "kernel.log").exists()
     rows = read_results(run_dir / "cpu-pytorch")  # the next environment ran in full, with the --params models

@@ -96,6 +96,11 @@ class BackendInfo:
     oom_classes: tuple[str, ...] = ()  # exception class names that mean out of memory
     oom_messages: tuple[str, ...] = ()  # fragments of its allocators' error messages
 
+    def runtime(self) -> str:
+        """The distribution that runs its models, with its installed version ("openvino 2026.4.0"): its first `versions`."""
+        name = self.versions[0] if self.versions else self.framework
+        return f"{name} {package_version(name) or '(not installed)'}"
+
     def unsupported_keys(self, mode: str, precision: str = "float32") -> tuple[str, ...]:
         """The catalogue's `unsupported` keys that apply, most specific first: `framework/mode`,
         `framework/precision`, `framework`, then the framework whose model it starts from."""

@@ -13,6 +13,11 @@ To generate (`workload: generate`), optimum-intel exports the causal language mo
 key/value cache kept inside the infer request; for int8, its weights compressed on export), once per model's weights in
 the build cache, and its `OVModelForCausalLM` compiles it with this backend's configuration, the key/value cache in the
 inference precision (by default the CPU plugin keeps it in a lower one: f16 or u8).
+
+On an Intel Xeon with AMX given one core, the CPU plugin in bfloat16 has died of SIGFPE (a division by zero in
+libopenvino_intel_cpu_plugin.so) on a tiny Llama (head size 8, grouped key/value heads), forward and generate alike; two
+cores ran the same cells. No setting that avoids it is known to the kit: the cell is `crashed`, its reason naming the
+signal and OpenVINO's version (launch.kernel.crash_verdict), and the environment goes on in a new kernel.
 """
 
 from __future__ import annotations

@@ -23,21 +23,33 @@ class KernelEnd:
     peak_memory: tuple[int, int] | None = None  # the highest (data, resident) bytes sampled during the cell
 
 
-def crash_verdict(end: KernelEnd, memory_limit_gb: float | None) -> tuple[str, str]:
+def crash_verdict(end: KernelEnd, memory_limit_gb: float | None, runtime: str | None = None) -> tuple[str, str]:
     """The status and reason of the cell in flight when its kernel stopped.
 
     `oom` when memory_limit_gb is set and either the kernel's data memory (VmData, which the limit
     bounds) reached NEAR_LIMIT of the limit during the cell, or papermill's error names MemoryError:
-    a failed allocation that the framework did not survive or could not report. Otherwise `crashed`,
-    with papermill's error as the reason.
+    a failed allocation that the framework did not survive or could not report. Otherwise `crashed`:
+    a kernel ended by a signal says which (`kernel died (SIGFPE: Floating point exception)`) and the
+    runtime that was measuring (`runtime`, "openvino 2026.4.0"); without a signal, papermill's error.
     """
     data, resident = end.peak_memory or (0, 0)
     if memory_limit_gb is None or not (data >= NEAR_LIMIT * memory_limit_gb * GIB or "MemoryError" in end.error):
-        return status.CRASHED, end.error
+        if end.signal is None:
+            return status.CRASHED, end.error
+        return status.CRASHED, f"kernel died ({describe_signal(end.signal)})" + (f" while measuring with {runtime}" if runtime else "")
     how = f"kernel died ({end.signal})" if end.signal else end.error
     if end.peak_memory is None:
         return status.OOM, f"{how} while measuring; memory_limit_gb {memory_limit_gb:g} GiB"
     return status.OOM, f"{how} while measuring; data memory reached {data / GIB:.2f} GiB of memory_limit_gb {memory_limit_gb:g} GiB (resident {resident / GIB:.2f} GiB)"
+
+
+def describe_signal(name: str) -> str:
+    """"SIGFPE: Floating point exception": a signal's name and what the C library calls it (the name alone if unknown)."""
+    try:
+        meaning = signal.strsignal(signal.Signals[name])
+    except KeyError:
+        return name
+    return f"{name}: {meaning}" if meaning else name
 
 
 class KernelWatch:

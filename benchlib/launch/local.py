@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchlib.backends import backend_info
 from benchlib.config.jobs import EnvironmentJob, round_schedule, rounds_of
 from benchlib.launch.kernel import KernelWatch, crash_verdict
 from benchlib.launch.notebook import describe_failure, execute_notebook
@@ -67,7 +68,7 @@ def run_job(
                 execute_notebook(notebook, job.executed_notebook, job.notebook_parameters(), job.output_dir / KERNEL_LOG, watch)
         except Exception as exc:  # the notebook raised, its kernel died or could not start: this environment only
             error = describe_failure(exc)
-            state, reason = crash_verdict(watch.end(error), job.params.memory_limit_gb)
+            state, reason = crash_verdict(watch.end(error), job.params.memory_limit_gb, backend_info(job.params.framework).runtime())
             try:
                 with environment_lock(job.output_dir):
                     crashed = record_crash(job.output_dir, reason, state)

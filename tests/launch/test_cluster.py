@@ -27,11 +27,13 @@ from benchlib.cli import main
 from benchlib.config.jobs import plan_run
 from benchlib.launch import cluster as cluster_module
 from benchlib.launch.cluster import ClusterError, ClusterRun, parse_cluster_address
+from benchlib.machine import package_version
 from benchlib.paths import PROJECT_ROOT
 from benchlib.store.environment import merge_environment
 from benchlib.store.layout import ENVIRONMENT_FILE
 from benchlib.store.limits import read_limits
 from benchlib.store.results import COLUMNS, ReceivedRows, ResultsWriter, make_row, rows_written, split_records
+from tests.kernels import kill_mid_cell
 
 DASK = Path(sys.executable).with_name("dask")
 # Three cells per environment: two tiny models measured, Transformer-XL `unsupported` in PyTorch.
@@ -194,7 +196,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, lis
     try:
         start("scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard", log="scheduler.log")
         workers = [
-            start("worker", address, "--nworkers", "1", "--nthreads", "1", "--resources", "benchmark=1", "--host", "127.0.0.1", "--no-dashboard", log=f"worker{i}.log")
+            start(
+                "worker", address, "--nworkers", "1", "--nthreads", "1", "--resources", "benchmark=1", "--host", "127.0.0.1", "--no-dashboard",
+                "--local-directory", str(logs / f"worker{i}"), log=f"worker{i}.log",
+            )
             for i in (1, 2)
         ]  # fmt: skip
         with Client(address, timeout=60) as client:
@@ -287,3 +292,43 @@ def test_a_worker_killed_mid_environment_loses_no_row(tmp_path: Path, cluster: t
     keys = list(zip(rows["model"], rows["sequence_length"]))
     assert len(keys) == len(set(keys)) == 8 and set(rows["status"]) == {"ok"}
     assert {"benchmark.ipynb", "environment.json", "kernel.log"} <= set(os.listdir(run_dir / "cpu-pytorch"))
+
+
+def scratch_folders(workers: list[subprocess.Popen], environment: str) -> list[Path]:
+    """The environment folders in which the workers (started with --local-directory) run `environment` now: `<environment>`
+    in a scratch folder of its own (`launch.cluster.environment_task`)."""
+    directories = [Path(worker.args[worker.args.index("--local-directory") + 1]) for worker in workers]
+    return [folder for directory in directories for folder in directory.rglob(f"benchlib-{environment}-*/{environment}") if folder.is_dir()]
+
+
+@pytest.mark.e2e
+def test_a_kernel_killed_by_a_signal_on_a_worker_gets_a_row_that_names_it(tmp_path: Path, cluster: tuple[str, list[subprocess.Popen]]) -> None:
+    """SIGBUS to a worker's kernel (not the worker) mid-cell: the cell is `crashed` with the signal and the runtime named, as in
+    a local run, the kernel starts again on the same worker, and every cell reaches the client once."""
+    address, workers = cluster
+    run_dir, longer = tmp_path / "run", write_yaml(tmp_path / "longer.yaml", LONGER)
+    command = [
+        sys.executable, "-m", "benchlib", "run", "--grid", "smoke", "--environments", "cpu-pytorch", "--params", str(longer),
+        "--out", str(run_dir), "--no-summary", "--no-limits", "--cluster", address,
+    ]  # fmt: skip
+    earlier = set(scratch_folders(workers, "cpu-pytorch"))  # a worker killed by another test leaves its folder behind
+    client = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (scratch := [folder for folder in scratch_folders(workers, "cpu-pytorch") if folder not in earlier]):
+            assert time.monotonic() < deadline and client.poll() is None, "no worker started the environment"
+            time.sleep(0.05)
+        killed = kill_mid_cell(scratch[0], client, min_rows=1, signum=signal.SIGBUS)
+        output, _ = client.communicate(timeout=300)
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+    assert client.returncode == 0, output
+    assert "marked crashed, restarting (1 of 3)" in output and "was lost" not in output
+    rows = read_results(run_dir / "cpu-pytorch", every_attempt=True)
+    keys = list(zip(rows["model"], rows["sequence_length"]))
+    assert len(keys) == len(set(keys)) == 8 and set(rows["status"]) == {"ok", "crashed"}
+    [crashed] = rows[rows["status"] == "crashed"].itertuples()
+    assert (crashed.model, crashed.batch_size, crashed.sequence_length) == (killed["model"], killed["batch_size"], killed["sequence_length"])
+    assert crashed.reason.startswith(f"kernel died (SIGBUS: Bus error) while measuring with torch {package_version('torch')} (measuring since ")

@@ -55,7 +55,7 @@ def test_killed_kernel_costs_only_the_cell_in_flight(tmp_path):
     cells = list(zip(rows.model, rows.batch_size, rows.sequence_length))
     assert len(cells) == len(set(cells)) == SMOKE_CELLS  # the grid completes, every cell once
     crashed = rows[rows.status == "crashed"]
-    assert len(crashed) == 1 and "Kernel died" in crashed.reason.iloc[0], rows.reason.tolist()
+    assert len(crashed) == 1 and crashed.reason.iloc[0].startswith("kernel died (SIGKILL: Killed) while measuring with torch "), rows.reason.tolist()
     assert (crashed.model.iloc[0], crashed.batch_size.iloc[0], crashed.sequence_length.iloc[0]) == (killed["model"], killed["batch_size"], killed["sequence_length"])
 
     again = subprocess.run(smoke(tmp_path / "run"), cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)

@@ -17,6 +17,7 @@ import yaml
 from benchlib import read_results
 from benchlib.config.params import validate_params
 from benchlib.launch.kernel import KernelEnd, crash_verdict
+from benchlib.machine import package_version
 from benchlib.measure.memory_limit import GIB, at_memory_limit, process_memory
 from benchlib.measure.sweep import failure
 from benchlib.paths import PROJECT_ROOT
@@ -119,7 +120,8 @@ def test_kernel_killed_at_low_memory_stays_crashed(killed_at_low_memory):
     env_dir, _, _ = killed_at_low_memory
     rows = read_results(env_dir)
     assert rows.status.tolist() == ["crashed", "ok"], rows.reason.tolist()
-    assert rows.reason[0].startswith("DeadKernelError: Kernel died (measuring since "), rows.reason[0]
+    tensorflow = f"tensorflow {package_version('tensorflow')}"
+    assert rows.reason[0].startswith(f"kernel died (SIGKILL: Killed) while measuring with {tensorflow} (measuring since "), rows.reason[0]
 
 
 @pytest.mark.e2e
@@ -146,13 +148,25 @@ def test_kernel_dying_at_the_memory_limit_is_oom(killed_at_low_memory, tmp_path)
         (KernelEnd("CellExecutionError", None, (8 * GIB, 7 * GIB)), 8,
          ("oom", "CellExecutionError while measuring; data memory reached 8.00 GiB of memory_limit_gb 8 GiB (resident 7.00 GiB)")),
         (KernelEnd("MemoryError"), 8, ("oom", "MemoryError while measuring; memory_limit_gb 8 GiB")),  # no /proc
-        (KernelEnd("DeadKernelError: Kernel died", "SIGSEGV", (int(7.1 * GIB), 7 * GIB)), 8, ("crashed", "DeadKernelError: Kernel died")),
-        (KernelEnd("DeadKernelError: Kernel died", "SIGSEGV", (8 * GIB, 7 * GIB)), None, ("crashed", "DeadKernelError: Kernel died")),
+        (KernelEnd("DeadKernelError: Kernel died", "SIGSEGV", (int(7.1 * GIB), 7 * GIB)), 8,
+         ("crashed", "kernel died (SIGSEGV: Segmentation fault) while measuring with openvino 2026.4.0")),
+        (KernelEnd("DeadKernelError: Kernel died", "SIGFPE", (8 * GIB, 7 * GIB)), None,
+         ("crashed", "kernel died (SIGFPE: Floating point exception) while measuring with openvino 2026.4.0")),
+        (KernelEnd("DeadKernelError: Kernel died", "signal 99"), None, ("crashed", "kernel died (signal 99) while measuring with openvino 2026.4.0")),
+        (KernelEnd("DeadKernelError: Kernel died"), None, ("crashed", "DeadKernelError: Kernel died")),  # no signal seen: papermill's words
         (KernelEnd("MemoryError"), None, ("crashed", "MemoryError")),
     ],
 )  # fmt: skip
 def test_crash_verdict(end, limit, expected):
-    assert crash_verdict(end, limit) == expected
+    assert crash_verdict(end, limit, "openvino 2026.4.0") == expected
+
+
+def test_a_crash_names_the_runtime_of_its_environment():
+    from benchlib.backends import backend_info
+
+    assert backend_info("openvino").runtime() == f"openvino {package_version('openvino')}"
+    assert backend_info("pytorch").runtime() == f"torch {package_version('torch')}"
+    assert backend_info("tensorflow").runtime() == f"tensorflow {package_version('tensorflow')}"
 
 
 def test_a_failure_under_another_name_at_the_memory_limit_is_oom(tmp_path):

@@ -19,6 +19,7 @@ from benchlib.config.catalogue import load_catalogue
 from benchlib.paths import PROJECT_ROOT
 from benchlib.report.render import render_summary
 from tests.conftest import CPU_ENVIRONMENTS
+from tests.known_crashes import accepted_crash
 
 ENVIRONMENTS = ("cpu-pytorch", "cpu-torchscript", "cpu-tensorflow", "cpu-tensorflow-xla")  # the study's four
 REFERENCE = PROJECT_ROOT / "outputs" / "reference"
@@ -93,7 +94,9 @@ def test_summary_renders_html_tables_and_figures(smoke_run: Path, smoke_models: 
     # TensorFlow lacks architectures (with --full: 29, 28 and 21).
     assert speedups.loc["cpu-torch-compile", "cells"] == expected.pytorch_ok - 1
     assert speedups.loc["cpu-tensorflow", "cells"] == expected.in_the_study_four
-    assert speedups.loc[sorted(measured - {"cpu-tensorflow", "cpu-tensorflow-xla"}), "cells"].between(expected.pytorch_ok - 1, expected.pytorch_ok).all()
+    # OpenVINO's known crash (tests/known_crashes.py) takes its cells out of its environment's count.
+    crashed = {env: int(accepted_crash(read_results(run / env), str(user_models["llama"])).sum()) for env in sorted(measured - {"cpu-tensorflow", "cpu-tensorflow-xla"})}
+    assert all(expected.pytorch_ok - 1 - crashes <= speedups.loc[env, "cells"] <= expected.pytorch_ok - crashes for env, crashes in crashed.items()), crashed
     # Agreement beside the speed-up: every compared float32 environment agrees at least 99% (the user's folders on text).
     assert (speedups.loc[["cpu-onnxruntime", "cpu-openvino", "cpu-torch-compile", "cpu-tensorflow"], "agreement"] >= 0.99).all()
     assert set(speedups["weights"].dropna()) == {"pretrained, random"}
