@@ -2,34 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from benchlib import read_results
-from benchlib.store.recovery import read_in_flight
+from benchlib.paths import PROJECT_ROOT
+from benchlib.store.recovery import read_in_flight, row_of_cell
 from benchlib.store.results import rows_written
 
 
 def has_row(env_dir: Path, cell: dict[str, Any]) -> bool | None:
-    """Whether results.csv holds a row for the in-flight record `cell` (its model, shape, round and attempt);
+    """Whether results.csv holds a row for the in-flight record `cell` (its model, shape, scenario, round and attempt);
     None when the file cannot be read whole now."""
     try:
         rows = read_results(env_dir, every_attempt=True)
     except (OSError, ValueError, pd.errors.ParserError):
         return None
-    attempts = pd.to_numeric(rows["attempt"], errors="coerce").fillna(1)
-    same = (
-        (rows["model"] == cell["model"]) & (rows["batch_size"] == cell["batch_size"]) & (rows["sequence_length"] == cell["sequence_length"])
-        & (rows["round"] == cell.get("round", 1)) & (attempts == cell.get("attempt", 1))
-    )  # fmt: skip
-    return bool(same.any())
+    return bool(row_of_cell(rows, cell).any())
 
 
 def kill_mid_cell(
@@ -60,3 +57,16 @@ def kill_mid_cell(
                 return now
             os.kill(pid, signal.SIGCONT)
         time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def running(command: list[str]) -> Iterator[subprocess.Popen]:
+    """`command` started from the kit's folder, its output (both streams) captured as text; killed on the way out if it
+    still runs, so that a failed test leaves no runner behind."""
+    process = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

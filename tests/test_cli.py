@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from benchlib.config.jobs import DEFAULT_ENVIRONMENTS, default_run_dir, environm
 from benchlib.config.params import ParameterError, notebook_parameters
 from benchlib.machine import package_version
 from benchlib.paths import PARAMETERS_DIR, PROJECT_ROOT
-from tests.kernels import kill_mid_cell
+from tests.kernels import kill_mid_cell, running
 
 
 def write_yaml(path: Path, values: dict) -> Path:
@@ -100,7 +99,7 @@ def test_bad_parameters_are_reported_one_line_each_before_anything_runs(tmp_path
     assert main(["run", "--grid", "smoke", "--params", str(typo), "--out", str(run_dir), "--no-summary"]) == 2
     assert "repaet: unknown parameter" in capsys.readouterr().err
     assert main(["run", "--grid", "nope", "--out", str(run_dir)]) == 2
-    assert "grid 'nope' not found; available: article, generate-article, generate-quick, generate-smoke, quick, quick-all, smoke" in capsys.readouterr().err
+    assert "grid 'nope' not found; available: article, generate-article, generate-quick, generate-smoke, load-smoke, quick, quick-all, smoke" in capsys.readouterr().err
     assert main(["run", "--params", str(tmp_path / "missing.yaml"), "--out", str(run_dir)]) == 2
     assert "missing.yaml: no such parameter file" in capsys.readouterr().err
     assert not run_dir.exists()  # nothing started
@@ -147,14 +146,9 @@ def test_an_environment_whose_kernel_dies_does_not_stop_the_others(tmp_path: Pat
         sys.executable, "-m", "benchlib", "run", "--grid", "smoke", "--environments", f"{victim},cpu-pytorch",
         "--params", str(models), "--out", str(run_dir), "--no-summary", "--no-limits", "--quiet", "--max-restarts", "0",
     ]  # fmt: skip
-    process = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
+    with running(command) as process:
         killed = kill_mid_cell(run_dir / "cpu-victim", process, min_rows=1, signum=signal.SIGFPE)  # a cell is done, the next one in flight
         output, _ = process.communicate(timeout=300)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
     assert process.returncode == 1, output
     assert "[1/2] cpu-victim: FAILED" in output and "Kernel died" in output

@@ -19,6 +19,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("backends",),
     ("config",),
     ("workloads",),
+    ("scenarios",),
     ("measure",),
     ("launch",),
     ("analysis",),

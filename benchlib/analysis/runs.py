@@ -23,7 +23,7 @@ from benchlib.machine import UNKNOWN_MACHINE, machine_label
 from benchlib.paths import OUTPUTS_DIR
 from benchlib.store.environment import read_environment
 from benchlib.store.layout import environment_dirs, last_written
-from benchlib.store.results import CELL_KEY, is_true, read_results
+from benchlib.store.results import CELL_KEY, CELL_SCENARIO, COLUMNS, is_true, read_results
 
 GROUP: tuple[str, ...] = ("device_type", "machine")
 NOT_MEASURED = "not measured"  # a cell without a row in an environment (a partial run)
@@ -97,26 +97,28 @@ def collapse_rounds(rows: pd.DataFrame, timing: Timing = CALL) -> pd.DataFrame:
 
 def read_run(run_dir: str | os.PathLike[str], timing: Timing = CALL) -> Run:
     """A run folder: every row of its environments (each `<run_dir>/<env>/`, or the folder's own results), one per
-    cell over its rounds (`collapse_rounds` with `timing`), with `run` (the folder's name), `machine` and `device_type`
+    cell timed one call at a time over its rounds (`collapse_rounds` with `timing`; a load scenario's rows are left out), with `run` (the folder's name), `machine` and `device_type`
     added (`prepare`), and each environment's environment.json. FileNotFoundError when `run_dir` is not a folder."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run_dirs: {run_dir} is not a folder")
     frames, environments = [], {}
     for env_dir in environment_dirs(run_dir):
-        rows, info = collapse_rounds(read_results(env_dir), timing), read_environment(env_dir)
+        cells = read_results(env_dir)
+        rows, info = collapse_rounds(cells[cells["scenario"] == CELL_SCENARIO], timing), read_environment(env_dir)
         if rows.empty:
             continue
         frames.append(rows.assign(run=run_dir.name, machine=[machine_label(info, device) for device in rows["device"].astype(str)]))
         environments.update(dict.fromkeys(rows["environment"], info))
-    if not frames:
-        empty = pd.DataFrame(columns=["environment", "framework", "mode", "device", "run", "machine", "status", "mean_s", *CELL_KEY])
+    if not frames:  # no cell yet, or a run of load scenarios only: every column, no row
+        empty = collapse_rounds(pd.DataFrame(columns=list(COLUMNS)), timing).assign(run=pd.Series(dtype=str), machine=pd.Series(dtype=str))
         return Run(run_dir, prepare(empty), {})
     return Run(run_dir, prepare(pd.concat(frames, ignore_index=True)), environments)
 
 
 def load_run(run_dir: str | os.PathLike[str], timing: Timing = CALL) -> pd.DataFrame:
-    """Every row of a run's environments (`read_run`), with `run`, `machine` and `device_type` columns added."""
+    """Every row of a run's environments (`read_run`: the cells timed one call at a time; a load scenario's rows are
+    not among them), with `run`, `machine` and `device_type` columns added."""
     return read_run(run_dir, timing).rows
 
 

@@ -238,6 +238,11 @@ class Backend(Protocol):
         """Eager PyTorch float32's output on `inputs` (of the same weights and head), which this backend's output is
         compared with, or None where the backend is that reference or cannot be compared with it (other weights)."""
 
+    def server_call(self, model: Any, examples: Sequence[Any]) -> Callable[[Any], Any]:
+        """For a load scenario, one stream's call: one inference on any inputs of the shapes of `examples` (this backend's
+        inputs), each prepared (traced, compiled) and run once now; a stream's own session or infer request where the
+        backend needs one. Called once per stream; the call may run in another thread."""
+
     def generator(self, model: Any, inputs: Any) -> Generator:
         """For `workload: generate`, a model built for it ready to generate from the prompt `inputs` (compiled for it where
         the mode says so); raise `status.Unsupported` where this backend or mode cannot generate."""
@@ -296,6 +301,9 @@ class UnavailableBackend:
 
     def reference_output(self, model: Any, inputs: Any) -> np.ndarray | None:
         return None
+
+    def server_call(self, model: Any, examples: Sequence[Any]) -> Callable[[Any], Any]:
+        raise Unsupported(self.reason)
 
     def generator(self, model: Any, inputs: Any) -> Generator:
         raise Unsupported(self.reason)

@@ -10,7 +10,7 @@ options; int8 does not generate.
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -130,6 +130,17 @@ class OnnxRuntimeBackend(ExportedBackend):
         def call() -> Any:
             return session.run(None, feed)
 
+        return call
+
+    def server_call(self, built: Exported, examples: Sequence[np.ndarray]) -> Callable[[np.ndarray], Any]:
+        """A call on any shape: the one session's run (thread-safe), each shape of `examples` run once now."""
+        session, name = built.runner, built.runner.get_inputs()[0].name
+
+        def call(x: np.ndarray) -> Any:
+            return session.run(None, {name: x})
+
+        for example in examples:
+            call(example)
         return call
 
     def settings(self) -> dict[str, Any]:

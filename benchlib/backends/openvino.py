@@ -23,7 +23,7 @@ signal and OpenVINO's version (launch.kernel.crash_verdict), and the environment
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -156,6 +156,17 @@ class OpenVinoBackend(ExportedBackend):
         def call() -> Any:
             return request.infer({0: inputs})
 
+        return call
+
+    def server_call(self, built: Exported, examples: Sequence[np.ndarray]) -> Callable[[np.ndarray], Any]:
+        """A call on any shape with an infer request of its own (one per stream), each shape of `examples` run once now."""
+        request = built.runner.create_infer_request()
+
+        def call(x: np.ndarray) -> Any:
+            return request.infer({0: x})
+
+        for example in examples:
+            call(example)
         return call
 
     def settings(self) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import importlib
 import os
 import re
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -213,6 +213,7 @@ class PyTorchBackend:
         if self.mode == "compile":  # inductor's own cache (compiled kernels) in the build cache, unless the user placed it
             os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(compiler_cache("inductor", self.cache_dir)))
         self._device = torch.device(self.device)
+        self._served: tuple[Any, Callable[[Any], Any]] | None = None  # the model whose streams' call `server_call` made, and that call
         if self.on_gpu and (self._device.index or 0) >= torch.cuda.device_count():
             raise RuntimeError(f"device {self.device}: PyTorch sees {torch.cuda.device_count()} GPU(s) on this machine")
         if self.num_threads:
@@ -270,6 +271,40 @@ class PyTorchBackend:
 
         return call
 
+    def server_call(self, built: Built, examples: Sequence[Any]) -> Callable[[Any], Any]:
+        """A call on any of the shapes of `examples`: the model itself in eager mode, one trace per shape in TorchScript,
+        one compiled model in torch.compile (dynamic=False, its recompile limit raised to the shapes), each shape run once
+        now. Each call runs in inference mode, which is per thread. Every stream of a model shares one call: a module
+        needs nothing of a stream's own, and compiling again would undo the other streams' graphs."""
+        model = built.model
+        if self._served is not None and self._served[0] is model:
+            return self._served[1]
+        if self.mode == "torchscript":
+            with torch.inference_mode(), traceable_masks(), warnings.catch_warnings():
+                warnings.simplefilter("ignore", torch.jit.TracerWarning)
+                traced = {tuple(x.shape): torch.jit.trace(model, x, check_trace=False, strict=False) for x in examples}
+
+            def target(x: Any) -> Any:
+                return traced[tuple(x.shape)](x)
+
+        elif self.mode == "compile":
+            torch._dynamo.reset()
+            config = torch._dynamo.config
+            config.recompile_limit = max(config.recompile_limit, len(examples))
+            config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, 4 * len(examples))
+            target = torch.compile(model, mode=self.options.compile_mode, dynamic=False)
+        else:
+            target = model
+
+        def call(x: Any) -> Any:
+            with torch.inference_mode():
+                return target(x)
+
+        for example in examples:
+            call(example)
+        self._served = (model, call)
+        return call
+
     def reference_output(self, built: Built, inputs: Any) -> np.ndarray | None:
         return None if built.reference is None else reference_output(built.reference, inputs)
 
@@ -315,6 +350,7 @@ class PyTorchBackend:
             torch.cuda.synchronize(self._device)
 
     def free(self) -> None:
+        self._served = None
         gc.collect()
         if self.on_gpu:
             torch.cuda.empty_cache()

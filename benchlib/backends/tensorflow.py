@@ -21,7 +21,7 @@ import gc
 import inspect
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -143,6 +143,19 @@ class TensorFlowBackend:
         def call() -> Any:
             return function(inputs)
 
+        return call
+
+    def server_call(self, built: Built, examples: Sequence[tf.Tensor]) -> Callable[[tf.Tensor], Any]:
+        """A call on any of the shapes of `examples`: one `tf.function` (XLA with mode xla), traced for each shape now."""
+        model = built.model
+        function = tf.function(lambda ids: model(ids, training=False), jit_compile=self.mode == "xla")
+
+        def call(x: tf.Tensor) -> Any:
+            with tf.device(self._device):
+                return function(x)
+
+        for example in examples:
+            call(example)
         return call
 
     def reference_output(self, built: Built, inputs: tf.Tensor) -> np.ndarray | None:

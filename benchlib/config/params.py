@@ -16,6 +16,11 @@ from benchlib.config.models import INPUTS, TASKS, WEIGHTS, ModelError, ModelRequ
 DEVICE_PATTERN = r"cpu|cuda(:\d+)?"
 WORKLOADS: tuple[str, ...] = ("forward", "generate")  # one forward pass (the study's); greedy generation of `new_tokens`
 GENERATE_TASK = "causal-lm"
+# How calls arrive: one at a time as the study timed them (`cell`), or under load as MLPerf defines it, driven by LoadGen.
+CELL = "cell"
+LOAD_SCENARIOS: tuple[str, ...] = ("single-stream", "multi-stream", "server", "offline")
+SCENARIOS: tuple[str, ...] = (CELL, *LOAD_SCENARIOS)
+DEFAULT_REQUEST_LENGTHS: tuple[int, ...] = (32, 64, 128)
 
 
 class BenchmarkParams(BaseModel):
@@ -48,6 +53,20 @@ class BenchmarkParams(BaseModel):
     sequence_lengths: list[StrictInt] = Field(min_length=1)  # workload generate: the prompt lengths
     prompt_lengths: list[StrictInt] | None = None  # workload generate: the prompt lengths (it needs them)
     new_tokens: StrictInt = Field(default=32, ge=2)  # workload generate: tokens generated per call (two at least: a first and a next)
+    # A load scenario's cell is one model under LoadGen's load, its requests of `request_lengths` served by `streams`
+    # workers that batch up to `max_batch` requests of one length, waiting at most `batch_timeout_ms` for more.
+    scenario: list[Literal[SCENARIOS]] = Field(default_factory=lambda: [CELL], min_length=1)  # type: ignore[valid-type]
+    request_lengths: list[StrictInt] | None = None  # a load scenario's request lengths (None: DEFAULT_REQUEST_LENGTHS)
+    max_batch: StrictInt = Field(default=8, ge=1)
+    batch_timeout_ms: float = Field(default=2.0, ge=0)  # server: how long a batch waits for more requests of its length
+    streams: StrictInt = Field(default=1, ge=1)
+    latency_bound_ms: float = Field(default=100.0, gt=0)  # server: the bound on the 99th percentile of latency
+    ttft_bound_ms: float | None = Field(default=None, gt=0)  # server, generating: the bound on time to first token
+    tpot_bound_ms: float | None = Field(default=None, gt=0)  # server, generating: the bound on time per output token
+    samples_per_query: StrictInt = Field(default=8, ge=1)  # multi-stream: samples per query
+    min_duration_s: float = Field(default=10.0, gt=0)  # each LoadGen test runs at least this long...
+    min_query_count: StrictInt = Field(default=100, ge=1)  # ...and issues at least this many queries
+    max_trials: StrictInt = Field(default=8, ge=1)  # server: LoadGen tests the search may run
     warmup: StrictInt = Field(default=1, ge=0)
     warmup_max_seconds: float = Field(default=5.0, ge=0)
     repeat: int | Literal["auto"] = 30
@@ -66,7 +85,9 @@ class BenchmarkParams(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _workload(cls, values: Any) -> Any:
-        """A generate grid gives `prompt_lengths` (the cells' sequence lengths) and measures causal language models."""
+        """A generate grid gives `prompt_lengths` (the cells' sequence lengths) and measures causal language models;
+        a load scenario's grid gives `request_lengths` (see `load_scenario`)."""
+        values = load_scenario(values)
         if not isinstance(values, dict) or values.get("workload", "forward") != "generate":
             if isinstance(values, dict) and values.get("prompt_lengths") is not None:
                 raise ValueError("prompt_lengths: only workload generate has prompts; a forward grid gives sequence_lengths")
@@ -117,7 +138,7 @@ class BenchmarkParams(BaseModel):
             return repeat
         raise ValueError(f"must be a positive integer or 'auto', not {repeat!r}")
 
-    @field_validator("batch_sizes", "sequence_lengths", "prompt_lengths")
+    @field_validator("batch_sizes", "sequence_lengths", "prompt_lengths", "request_lengths")
     @classmethod
     def _positive(cls, sizes: list[int] | None) -> list[int] | None:
         if sizes is not None and any(size < 1 for size in sizes):
@@ -193,6 +214,45 @@ class BenchmarkParams(BaseModel):
 
 
 MODEL_REQUEST_FIELDS: tuple[str, ...] = ("weights", "task", "trust_remote_code", "allow_pickle", "offline")
+
+
+def load_scenario(values: Any) -> Any:
+    """`scenario` as a list (a name alone is a list of one); for load scenarios, `request_lengths` (by default
+    DEFAULT_REQUEST_LENGTHS) become the cells' sequence lengths and `max_batch` their batch size, and the parameters that
+    only a cell or only generation has are refused, each with one line."""
+    if not isinstance(values, dict):
+        return values
+    scenario = values.get("scenario", [CELL])
+    scenario = [scenario] if isinstance(scenario, str) else scenario
+    values = {**values, "scenario": scenario}
+    if not (isinstance(scenario, list) and all(isinstance(name, str) and name in SCENARIOS for name in scenario)):
+        return {"batch_sizes": [1], "sequence_lengths": [1], **values}  # the field's own validation says what is wrong, in one line
+    load = any(name in LOAD_SCENARIOS for name in scenario)
+    generate = values.get("workload", "forward") == "generate"
+    for bound in ("ttft_bound_ms", "tpot_bound_ms"):
+        if values.get(bound) is not None and not generate:
+            raise ValueError(f"{bound}: a token bound needs workload: generate (a forward pass has no tokens)")
+    if not load:
+        if values.get("request_lengths") is not None:
+            raise ValueError("request_lengths: only a load scenario (single-stream, multi-stream, server, offline) has requests; a cell gives sequence_lengths")
+        return values
+    if CELL in scenario:
+        raise ValueError("scenario: cell and the load scenarios are measured in grids of their own, not together")
+    if generate:
+        raise ValueError("scenario: under load, the kit measures forward passes (workload: forward); generation under load is not measured yet")
+    lengths = values.get("request_lengths")
+    lengths = list(DEFAULT_REQUEST_LENGTHS) if lengths is None else lengths
+    positive = [n for n in (lengths if isinstance(lengths, list) else []) if isinstance(n, int) and not isinstance(n, bool) and n >= 1]
+    if not positive or len(positive) != len(lengths):  # the field's own validation says what is wrong, in one line
+        return {**values, "request_lengths": lengths, "sequence_lengths": [1], "batch_sizes": [1]}
+    max_batch = values.get("max_batch", BenchmarkParams.model_fields["max_batch"].default)
+    max_batch = max_batch if isinstance(max_batch, int) and not isinstance(max_batch, bool) and max_batch >= 1 else 1  # else its own line
+    # The scenario's cell is recorded at its longest request and largest batch (the runner hands both back resolved).
+    if values.get("sequence_lengths") is not None and values["sequence_lengths"] != [max(lengths)]:
+        raise ValueError("sequence_lengths: a load scenario takes request_lengths (the lengths of its requests), not sequence_lengths")
+    if values.get("batch_sizes") is not None and values["batch_sizes"] != [max_batch]:
+        raise ValueError("batch_sizes: a load scenario batches its requests itself, up to max_batch; give max_batch")
+    return {**values, "request_lengths": lengths, "sequence_lengths": [max(lengths)], "batch_sizes": [max_batch]}
 
 
 class ParameterError(ValueError):

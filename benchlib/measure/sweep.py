@@ -14,36 +14,39 @@ from tqdm.auto import tqdm
 
 from benchlib import status
 from benchlib.backends import (
-    TOLERANCE, Backend, backend_info, is_out_of_memory, load_backend, model_class, not_installed, unsupported_reason, versions_of,
-    without_scikit_learn_in_transformers,
+    TOLERANCE, Backend, backend_info, installed, is_out_of_memory, load_backend, model_class, not_installed, not_installed_message,
+    resolve_threads, unsupported_reason, versions_of, without_scikit_learn_in_transformers,
 )
 from benchlib.config.catalogue import ModelSpec
 from benchlib.config.models import has_tokenizer
-from benchlib.config.params import BenchmarkParams, validate_params
+from benchlib.config.params import CELL, BenchmarkParams, validate_params
+from benchlib.machine import usable_cores
 from benchlib.measure.flops import analytic_flops, has_formula
 from benchlib.measure.generation import GenerationMeasurement, measure_generation
 from benchlib.measure.interference import METHOD as INTERFERENCE_METHOD
 from benchlib.measure.interference import InterferenceMeter, make_meter
+from benchlib.measure.load import ScenarioRun, interference_columns, measure_scenario
 from benchlib.measure.memory import CellPeakMemory, imports_frozen
 from benchlib.measure.memory_limit import apply_memory_limit, at_memory_limit
 from benchlib.measure.probe import PROBE_WORKLOAD, run_probe
 from benchlib.measure.timing import Measurement, TimingSpec, measure, prepare_and_call_once
+from benchlib.scenarios.loadgen import LOADGEN_DISTRIBUTION
 from benchlib.store.environment import describe_environment, earlier_probes, write_environment
 from benchlib.store.cache import Artefact, recording
 from benchlib.store.layout import results_path
 from benchlib.store.locking import environment_lock
-from benchlib.store.recovery import clear_in_flight, mark_in_flight, resolve_in_flight
+from benchlib.store.recovery import clear_in_flight, mark_in_flight, resolve_in_flight, row_of_cell
 from benchlib.store.results import ResultsWriter, finished_cells, is_true, make_row, read_results, repair_results
 from benchlib.workloads import forward, generate
 from benchlib.workloads.agreement import Agreement
 from benchlib.workloads.inputs import cell_inputs, load_tokenizer
 
-Cell = tuple[str, int, int]  # model, batch size, sequence length
+Cell = tuple[str, int, int, str]  # model, batch size, sequence length, scenario (a load scenario's: max_batch, its longest request)
 
 
 def grid_cells(params: BenchmarkParams) -> list[Cell]:
-    """Every cell of the grid, in the order it is measured: model, then batch size, then sequence length."""
-    return [(m, b, s) for m in params.models for b in params.batch_sizes for s in params.sequence_lengths]
+    """Every cell of the grid, in the order it is measured: model, then scenario, batch size and sequence length."""
+    return [(m, b, s, sc) for m in params.models for sc in params.scenario for b in params.batch_sizes for s in params.sequence_lengths]
 
 
 def timing_spec(params: BenchmarkParams) -> TimingSpec:
@@ -111,6 +114,43 @@ def _generate_cell(
     return measurement, (status.OK, ""), {}
 
 
+UnderLoad = Callable[[Cell, Any, ModelSpec, dict[str, Any]], tuple[str, None, str, dict[str, Any]]]
+
+
+def measure_load_cell(
+    backend: Backend, model: Any, spec: ModelSpec, params: BenchmarkParams, scenario: str, serving: dict[str, Any],
+    env_dir: Path, meter: InterferenceMeter | None, attempt: int, emit_trial: Callable[[dict[str, Any]], None], first_trial: int = 1,
+) -> tuple[str, None, str, dict[str, Any]]:  # fmt: skip
+    """One model under one load scenario (`measure.load`): (status, None, reason, the row's columns). The streams' calls
+    are prepared at the model's first scenario and kept in `serving` for its others (a failure to prepare them too)."""
+    try:
+        if "run" not in serving and "failure" not in serving:
+            start = time.perf_counter()
+            with backend.inference_context():
+                serving["run"] = ScenarioRun(backend, model, spec, params, env_dir, meter)
+            serving["prepare_s"] = time.perf_counter() - start
+        if "failure" in serving:
+            return serving["failure"]
+        state, reason, columns, interference = measure_scenario(serving["run"], scenario, attempt, emit_trial, first_trial)
+    except Exception as exc:  # this cell fails, and the model's other scenarios if it failed preparing
+        raise_if_interrupted(exc)
+        ended = (*failure(exc, params), {})
+        if "run" not in serving:
+            serving["failure"] = ended
+        return ended
+    return state, None, reason, {**columns, **interference_columns(interference, params.max_interference), "prepare_s": serving["prepare_s"]}
+
+
+def next_trial(results: Path, cell: dict[str, Any]) -> int:
+    """The number of a load cell's next server trial: after those that a stopped run left in `results` for the same cell,
+    round and attempt, so that every trial row stays unique."""
+    if not results.exists() or results.stat().st_size == 0:
+        return 1
+    trials = read_results(results, trials=True)
+    numbers = pd.to_numeric(trials.loc[row_of_cell(trials, cell), "trial"], errors="coerce")
+    return int(numbers.max()) + 1 if numbers.notna().any() else 1
+
+
 def within_tolerance(compared: Agreement, precision: str) -> tuple[str, str]:
     """(status, reason) of a measured cell whose output differs from eager PyTorch float32's as `compared` says: an `error`
     beyond the precision's tolerance at the output's scale (a fast wrong answer is not a result), else `ok`."""
@@ -151,17 +191,19 @@ def failure(exc: Exception, params: BenchmarkParams, peak_resident: int | None =
 
 
 def sweep_model(
-    backend: Backend, spec: ModelSpec, params: BenchmarkParams, shapes: list[tuple[int, int]],
+    backend: Backend, spec: ModelSpec, params: BenchmarkParams, shapes: list[tuple[int, int, str]],
     emit: Callable[..., None], begin: Callable[[Cell], None], meter: InterferenceMeter | None = None, unsupported: str | None = None,
+    under_load: UnderLoad | None = None,
 ) -> None:  # fmt: skip
-    """Measure `shapes` of one model, building it once and only if a shape needs it; with `unsupported`
-    (`model_unsupported`'s reason) every cell that fits is `unsupported`.
+    """Measure `shapes` (batch size, sequence length, scenario) of one model, building it once and only if a shape needs
+    it; with `unsupported` (`model_unsupported`'s reason) every cell that fits is `unsupported`. A load scenario's cell is
+    measured by `under_load` (`measure_load_cell`), which prepares the model's serving once for all its scenarios.
 
     `begin(cell)` is called before a cell's model is built or measured, `emit(cell, status, ...)` when it ends.
     """
-    model, build_failure, attention, built = None, None, "", {}
-    for batch_size, sequence_length in shapes:
-        cell = (spec.name, batch_size, sequence_length)
+    model, build_failure, attention, built, serving = None, None, "", {}, {}
+    for batch_size, sequence_length, scenario in shapes:
+        cell = (spec.name, batch_size, sequence_length, scenario)
         if not spec.fits(params.positions(sequence_length)):
             emit(cell, status.TOO_LONG, reason=too_long(spec, params, sequence_length))
         elif unsupported:
@@ -183,11 +225,16 @@ def sweep_model(
                 backend.free()
                 emit(cell, build_failure[0], reason=build_failure[1])
                 continue
-            state, measurement, reason, columns = measure_cell(backend, model, spec, params, batch_size, sequence_length, meter)
+            if scenario == CELL:
+                state, measurement, reason, columns = measure_cell(backend, model, spec, params, batch_size, sequence_length, meter)
+            else:
+                assert under_load is not None, "a load scenario's cell needs `under_load`"
+                state, measurement, reason, columns = under_load(cell, model, spec, serving)
             if state != status.OK:
                 backend.free()
             emit(cell, state, measurement, reason, attn_implementation=attention, **built, **columns)
     del model
+    serving.clear()  # the streams' calls hold the model
     backend.free()
 
 
@@ -216,8 +263,26 @@ def build_cost(seconds: float, artefacts: list[Artefact]) -> dict[str, Any]:
 
 def model_unsupported(backend: Backend, spec: ModelSpec, params: BenchmarkParams) -> str | None:
     """Why this environment cannot run `spec` on this machine (every cell of the model is `unsupported`), or None.
-    A framework that is not installed comes first: its reason is the pip line that installs it."""
-    return not_installed(params.framework) or unsupported_reason(spec, params.framework, params.mode, params.precision) or backend.unsupported()
+    A framework that is not installed comes first: its reason is the pip line that installs it; then LoadGen, for a load scenario."""
+    return (
+        not_installed(params.framework) or loadgen_missing(params)
+        or unsupported_reason(spec, params.framework, params.mode, params.precision) or backend.unsupported()
+    )  # fmt: skip
+
+
+def loadgen_missing(params: BenchmarkParams) -> str | None:
+    """Why a load scenario cannot run here (MLPerf's LoadGen is not installed, and the pip line), or None."""
+    if params.scenario == [CELL] or installed(LOADGEN_DISTRIBUTION):
+        return None
+    return not_installed_message([LOADGEN_DISTRIBUTION], "loadgen")
+
+
+def stream_threads(params: BenchmarkParams) -> int | str | None:
+    """The backend's intra-op threads: `num_threads`, divided among a load scenario's `streams` (at least one each)."""
+    if params.streams == 1:
+        return params.num_threads
+    threads = resolve_threads(params.num_threads)
+    return max(1, (threads or usable_cores()) // params.streams)
 
 
 def import_model_code(spec: ModelSpec, params: BenchmarkParams) -> None:
@@ -232,9 +297,9 @@ def import_model_code(spec: ModelSpec, params: BenchmarkParams) -> None:
         raise_if_interrupted(exc)
 
 
-def first_to_build(spec: ModelSpec, params: BenchmarkParams, shapes: list[tuple[int, int]]) -> Cell | None:
+def first_to_build(spec: ModelSpec, params: BenchmarkParams, shapes: list[tuple[int, int, str]]) -> Cell | None:
     """The first of `shapes` for which `sweep_model` builds the model (it fits the model), or None."""
-    return next(((spec.name, b, s) for b, s in shapes if spec.fits(params.positions(s))), None)
+    return next(((spec.name, b, s, sc) for b, s, sc in shapes if spec.fits(params.positions(s))), None)
 
 
 def cells_to_remeasure(rows: pd.DataFrame, grid: list[Cell], attempt: int) -> list[Cell]:
@@ -282,7 +347,7 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
     todo = [cell for cell in grid if cell not in done]
 
     backend = load_backend(
-        params.framework, params.mode, params.device, params.num_threads, params.num_interop_threads,
+        params.framework, params.mode, params.device, stream_threads(params), params.num_interop_threads,
         precision=params.precision, options=params.options, seed=params.seed, workload=params.workload,
     )  # fmt: skip
     meter = make_meter()
@@ -303,7 +368,7 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
         write_environment(output_dir, {**description, "probes": probes})
         return "" if record["seconds"] is None else record["seconds"]
 
-    unsupported = {name: model_unsupported(backend, params.model_spec(name), params) for name in dict.fromkeys(model for model, _, _ in grid)}
+    unsupported = {name: model_unsupported(backend, params.model_spec(name), params) for name in dict.fromkeys(cell[0] for cell in grid)}
     without_scikit_learn_in_transformers()  # once the backend has told transformers which framework it may import
     for name in (name for name, reason in unsupported.items() if reason is None):
         import_model_code(params.model_spec(name), params)
@@ -311,18 +376,30 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
         now = {"attempt": 1, "probe_s": probe("start")}
 
         def row_of(cell: Cell) -> dict[str, Any]:
-            model, batch_size, sequence_length = cell
+            model, batch_size, sequence_length, scenario = cell
             spec = params.model_spec(model)
             return {
                 **environment, "model": model, "task": spec.task, "weights": spec.weights, "batch_size": batch_size,
-                "sequence_length": sequence_length, "workload": params.workload,
+                "sequence_length": sequence_length, "scenario": scenario, "workload": params.workload,
                 "new_tokens": params.new_tokens if params.workload == "generate" else "", **now,
             }  # fmt: skip
+
+        def label(cell: Cell) -> str:
+            return f"{cell[0]} {cell[1]}x{cell[2]}" + (f" {cell[3]}" if cell[3] != CELL else "")
 
         def begin(cell: Cell, probing: bool = False) -> None:
             # `probing`: marked before the speed probe that precedes its model (whose time it does not have yet)
             mark_in_flight(output_dir, {**row_of(cell), "probe_s": ""} if probing else row_of(cell))
-            bar.set_postfix_str(f"{cell[0]} {cell[1]}x{cell[2]}")
+            bar.set_postfix_str(label(cell))
+
+        def under_load(cell: Cell, model: Any, spec: ModelSpec, serving: dict[str, Any]) -> tuple[str, None, str, dict[str, Any]]:
+            def emit_trial(columns: dict[str, Any]) -> None:  # a server trial: a row of its own, before the cell's
+                writer.append(make_row({**row_of(cell), **columns}, status.OK))
+                bar.set_postfix_str(f"{label(cell)} trial {columns['trial']} at {columns['target_qps']:.4g}/s: {'VALID' if columns['valid'] else 'INVALID'}")
+
+            return measure_load_cell(
+                backend, model, spec, params, cell[3], serving, output_dir, meter, now["attempt"], emit_trial, next_trial(results, row_of(cell))
+            )  # fmt: skip
 
         def emit(cell: Cell, state: str, measurement: Measurement | GenerationMeasurement | None = None, reason: str = "", **build: Any) -> None:
             interference = measurement.interference if measurement else None
@@ -333,18 +410,18 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
             row = {**row_of(cell), "disturbed": disturbed, "flops": flops, **build}
             writer.append(make_row(row, state, measurement, reason))
             clear_in_flight(output_dir)
-            bar.set_postfix_str(f"{cell[0]} {cell[1]}x{cell[2]} {state}{' disturbed' if disturbed else ''}")
+            bar.set_postfix_str(f"{label(cell)} {state}{' disturbed' if row['disturbed'] is True else ''}")
             bar.update()
 
-        def sweep(cells: list[Cell], label: str) -> None:
-            for name in dict.fromkeys(model for model, _, _ in cells):
+        def sweep(cells: list[Cell], why: str) -> None:
+            for name in dict.fromkeys(cell[0] for cell in cells):
                 spec = params.model_spec(name)
-                shapes = [(b, s) for model, b, s in cells if model == name]
+                shapes = [(b, s, sc) for model, b, s, sc in cells if model == name]
                 # A kernel that dies in the probe or while building the model leaves a record of the cell it was working towards.
                 if not unsupported[name] and (first := first_to_build(spec, params, shapes)) is not None:
                     begin(first, probing=True)
-                now["probe_s"] = probe(f"before {name}{label}")
-                sweep_model(backend, spec, params, shapes, emit, begin, meter, unsupported[name])
+                now["probe_s"] = probe(f"before {name}{why}")
+                sweep_model(backend, spec, params, shapes, emit, begin, meter, unsupported[name], under_load)
 
         try:
             sweep(todo, "")

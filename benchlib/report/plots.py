@@ -185,3 +185,31 @@ def save_figure(figure: Figure, output_dir: str | os.PathLike[str], name: str) -
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110, bbox_inches="tight")
     return path
+
+
+def server_trials(trials: pd.DataFrame, latency_bound_ms: float | None = None) -> Figure:
+    """Every server trial: the 99th percentile of latency against the rate LoadGen achieved (completed samples per second),
+    one panel per model, one line per environment through its trials in the order of the rates asked for, LoadGen's
+    verdict as the marker; the latency bound drawn where given."""
+    if trials.empty:
+        raise ValueError("trials: no server trial to plot")
+    data = trials.assign(
+        latency_p99_ms=pd.to_numeric(trials["latency_p99_s"], errors="coerce") * 1e3,
+        achieved_qps=pd.to_numeric(trials["samples_per_s"], errors="coerce"), target_qps=pd.to_numeric(trials["target_qps"], errors="coerce"),
+        verdict=["VALID" if str(valid) == "True" else "INVALID" for valid in trials["valid"]],
+    ).sort_values("target_qps")
+    grid = sns.relplot(  # in the order of the rates asked for: past what it sustains, a system completes fewer
+        data=data, x="achieved_qps", y="latency_p99_ms", hue="environment", col="model", kind="line", sort=False, height=3, aspect=1.3,
+        facet_kws={"sharey": False},
+    )  # fmt: skip
+    markers = {"VALID": "o", "INVALID": "X"}
+    grid.map_dataframe(sns.scatterplot, x="achieved_qps", y="latency_p99_ms", hue="environment", style="verdict", markers=markers, s=60, legend=False)
+    for ax in grid.axes.flat:
+        ax.set_yscale("log")
+        if latency_bound_ms:
+            ax.axhline(latency_bound_ms, color="grey", linestyle="--", linewidth=1)
+    grid.set_axis_labels("achieved rate (samples/s)", "p99 latency (ms)")
+    bound = f"; the bound {latency_bound_ms:g} ms dashed" if latency_bound_ms else ""
+    grid.figure.suptitle(f"Server trials: p99 latency against the rate achieved (o VALID, x INVALID{bound})", y=1.04)
+    plt.close(grid.figure)
+    return grid.figure

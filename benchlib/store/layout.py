@@ -5,6 +5,8 @@
                              summary.ipynb, summary.html, tables/*.csv, figures/*.png, compare-<run>/
 <run>/<environment>/         results.csv, environment.json, benchmark.ipynb (benchmark.round<N>.ipynb),
                              kernel.log, in_flight.json, .lock, results.cutoff.txt, results.<timestamp>.csv
+<run>/<environment>/loadgen_logs/<model>/<scenario>[.round<N>][.attempt<N>][.trial<N>]/
+                             mlperf_log_summary.txt, mlperf_log_detail.txt (LoadGen's own logs of a load scenario)
 ```
 """
 
@@ -30,6 +32,9 @@ COMPARE_CELLS = "cells.csv"
 COMPARE_ENVIRONMENTS = "environments.csv"
 COMPARE_DIFFERENCES = "differences.csv"
 COMPARE_HTML = "compare.html"
+LOADGEN_DIR = "loadgen_logs"
+LOADGEN_SUMMARY = "mlperf_log_summary.txt"
+LOADGEN_DETAIL = "mlperf_log_detail.txt"
 
 PathLike = str | os.PathLike[str]
 
@@ -62,6 +67,13 @@ def limits_notebook_device(name: str) -> str | None:
     if not (name.startswith(f"{stem}.") and name.endswith(".ipynb")):
         return None
     return name.removeprefix(f"{stem}.").removesuffix(".ipynb").replace("-", ":")
+
+
+def loadgen_folder(env_dir: PathLike, model: str, scenario: str, round_number: int = 1, attempt: int = 1, trial: int | None = None) -> Path:
+    """Where one LoadGen test of a load scenario keeps LoadGen's logs (see the module's docstring)."""
+    parts = [scenario, *([f"round{round_number}"] if round_number > 1 else []), *([f"attempt{attempt}"] if attempt > 1 else [])]
+    parts += [f"trial{trial}"] if trial is not None else []
+    return Path(env_dir) / LOADGEN_DIR / file_stem(model) / ".".join(parts)
 
 
 def host_file(path: Path, host: str) -> Path:

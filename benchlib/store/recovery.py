@@ -12,7 +12,7 @@ import pandas as pd
 
 from benchlib import status
 from benchlib.store.layout import IN_FLIGHT_FILE, results_path, set_aside_path
-from benchlib.store.results import ResultsWriter, make_row, read_results, repair_results
+from benchlib.store.results import CELL_SCENARIO, ResultsWriter, make_row, read_results, repair_results
 
 RUNNER_PID_ENV = "BENCHLIB_RUNNER_PID"  # set by `benchlib run` in the environment of the kernels it starts
 
@@ -73,15 +73,19 @@ def record_crash(output_dir: Path, reason: str, state: str = status.CRASHED) -> 
 
 
 def _has_row(path: Path, cell: dict[str, Any]) -> bool:
-    """Whether `path` already holds a row for `cell`'s model, shape, round and attempt."""
+    """Whether `path` already holds a row for `cell`'s model, shape, scenario, round and attempt (a trial's is not the cell's)."""
     if not path.exists() or path.stat().st_size == 0:
         return False
-    rows = read_results(path, every_attempt=True)
-    key = {"model": cell.get("model"), "batch_size": cell.get("batch_size"), "sequence_length": cell.get("sequence_length"),
-           "round": cell.get("round", 1), "attempt": cell.get("attempt", 1)}  # fmt: skip
+    return bool(row_of_cell(read_results(path, every_attempt=True), cell).any())
+
+
+def row_of_cell(rows: pd.DataFrame, cell: dict[str, Any]) -> pd.Series:
+    """Which of `rows` (read with every attempt) are the row of the in-flight record `cell`: its model, shape, scenario,
+    round and attempt."""
     attempts = pd.to_numeric(rows["attempt"], errors="coerce").fillna(1)
-    match = (rows["model"] == key["model"]) & (rows["batch_size"] == key["batch_size"]) & (rows["sequence_length"] == key["sequence_length"])
-    return bool((match & (rows["round"] == key["round"]) & (attempts == key["attempt"])).any())
+    match = (rows["model"] == cell.get("model")) & (rows["batch_size"] == cell.get("batch_size")) & (rows["sequence_length"] == cell.get("sequence_length"))
+    match &= rows["scenario"] == (cell.get("scenario") or CELL_SCENARIO)
+    return match & (rows["round"] == cell.get("round", 1)) & (attempts == cell.get("attempt", 1))
 
 
 def resolve_in_flight(output_dir: Path) -> None:

@@ -29,12 +29,18 @@ COLUMNS: tuple[str, ...] = (
     "task", "weights", "inputs", "agreement_metric", "agreement",
     "workload", "new_tokens", "generate_s", "ttft_s", "ttft_samples_s", "tpot_s", "tpot_p90_s", "tpot_samples_s",
     "tokens_per_s", "token_agreement", "first_divergence", "token_clock",
+    "scenario", "trial", "target_qps", "max_qps", "valid", "samples_per_s", "latency_p50_s", "latency_p90_s", "latency_p99_s",
+    "loadgen_metric", "loadgen_value", "loadgen_log",
 )  # fmt: skip
 # Columns that hold a JSON list of seconds per sample, read back as lists.
 SAMPLE_COLUMNS: tuple[str, ...] = ("samples_s", "ttft_samples_s", "tpot_samples_s")
 CELL_KEY: tuple[str, ...] = ("model", "batch_size", "sequence_length")
+# What a row is of: a cell of the grid, or one model under a load scenario (rows of a file written before scenarios
+# existed are the `cell` scenario's). A server scenario's trials are rows of their own, with a `trial` number.
+SCENARIO_KEY: tuple[str, ...] = (*CELL_KEY, "scenario")
+CELL_SCENARIO = "cell"
 # A cell measured in one round: rows of a file written before rounds existed are round 1.
-ROUND_KEY: tuple[str, ...] = (*CELL_KEY, "round")
+ROUND_KEY: tuple[str, ...] = (*SCENARIO_KEY, "round")
 # Columns that every row has; a row without them was cut off and is not a finished cell.
 _REQUIRED: tuple[str, ...] = (*CELL_KEY, "status")
 
@@ -91,21 +97,27 @@ class ResultsWriter:
         self.close()
 
 
-def read_results(path: str | os.PathLike[str], every_attempt: bool = False) -> pd.DataFrame:
+def read_results(path: str | os.PathLike[str], every_attempt: bool = False, trials: bool = False) -> pd.DataFrame:
     """The rows of a results.csv (or of `<path>/results.csv`), the SAMPLE_COLUMNS parsed to lists.
 
     A cell measured more than once (a disturbed cell measured again) has one row per attempt in
     the file; by default only the kept one is returned (`kept_attempts`), with `attempts` added.
+    A server scenario's trials are left out, or with `trials` are all that is returned, each as written.
     A file written before a column existed reads with that column empty.
     """
-    frame = pd.read_csv(results_path(path), keep_default_na=False, na_values=[""], dtype={"reason": str})
+    frame = pd.read_csv(results_path(path), keep_default_na=False, na_values=[""], dtype={"reason": str, "loadgen_value": str})
     extra = [column for column in frame.columns if column not in COLUMNS]
     frame = frame.reindex(columns=[*COLUMNS, *extra])
     frame["reason"] = frame["reason"].fillna("")
     frame["precision"] = frame["precision"].astype(object).fillna("float32")  # files written before precisions existed
+    frame["scenario"] = frame["scenario"].astype(object).fillna(CELL_SCENARIO)  # files written before scenarios existed
     frame["round"] = pd.to_numeric(frame["round"], errors="coerce").fillna(1).astype(int)
     for column in SAMPLE_COLUMNS:
         frame[column] = _json_lists(frame[column])
+    is_trial = frame["trial"].notna()
+    if trials:
+        return frame[is_trial].reset_index(drop=True)
+    frame = frame[~is_trial].reset_index(drop=True)
     return frame if every_attempt else kept_attempts(frame)
 
 
@@ -140,25 +152,42 @@ def is_true(values: pd.Series) -> pd.Series:
     return values.map(lambda v: v.strip().lower() == "true" if isinstance(v, str) else bool(pd.notna(v) and v)).astype(bool)
 
 
-def finished_cells(rows: pd.DataFrame, round_number: int | None = None) -> set[tuple[str, int, int]]:
-    """(model, batch_size, sequence_length) of every row in `rows` (of round `round_number` only, when given)."""
+def finished_cells(rows: pd.DataFrame, round_number: int | None = None) -> set[tuple[str, int, int, str]]:
+    """(model, batch_size, sequence_length, scenario) of every row in `rows` (of round `round_number` only, when given)."""
     if round_number is not None:
         rows = rows[rows["round"] == round_number]
-    return set(zip(rows["model"], rows["batch_size"].astype(int), rows["sequence_length"].astype(int)))
+    return set(zip(rows["model"], rows["batch_size"].astype(int), rows["sequence_length"].astype(int), rows["scenario"]))
 
 
 def results_table(rows: pd.DataFrame, value: str = "mean_s") -> pd.DataFrame:
-    """Model × (batch, sequence): the `value` of `ok` cells, the status of every other cell."""
-    cells = rows.assign(shape=[f"{b}x{s}" for b, s in zip(rows["batch_size"], rows["sequence_length"])])
+    """Model × (batch, sequence): the `value` of `ok` cells, the status of every other cell. A load scenario's cell is a
+    column of its own (`4x128 offline`) with the figure it is judged by (`scenario_figure`)."""
+    scenarios = rows["scenario"] if "scenario" in rows else pd.Series(CELL_SCENARIO, index=rows.index)
+    cells = rows.assign(shape=[f"{b}x{s}" + ("" if sc == CELL_SCENARIO else f" {sc}") for b, s, sc in zip(rows["batch_size"], rows["sequence_length"], scenarios)])
     cells["cell"] = [
-        f"{v:.4g}" if st == status.OK else st for v, st in zip(cells[value], cells["status"])
+        (f"{row[value]:.4g}" if sc == CELL_SCENARIO else scenario_figure(row)) if row["status"] == status.OK else row["status"]
+        for sc, (_, row) in zip(scenarios, cells.iterrows())
     ]
-    order = sorted(set(zip(rows["batch_size"], rows["sequence_length"])))
+    order = list(dict.fromkeys(shape for _, shape in sorted(zip(zip(rows["batch_size"], rows["sequence_length"]), cells["shape"]), key=lambda p: p[0])))
     table = cells.pivot_table(index="model", columns="shape", values="cell", aggfunc="last", sort=False)
-    return table.reindex(columns=[f"{b}x{s}" for b, s in order]).fillna("")
+    return table.reindex(columns=order).fillna("")
 
 
-ROW_KEY: tuple[str, ...] = ("model", "batch_size", "sequence_length", "round", "attempt")
+def scenario_figure(row: pd.Series) -> str:
+    """A load scenario's result in a few characters, from LoadGen's figures in its row: `p90 12.3 ms` (single-stream),
+    `p99 45.6 ms` (multi-stream, per query), `max 78.9/s` (server), `123/s` (offline); `INVALID` marks LoadGen's verdict."""
+    scenario = row["scenario"]
+    if scenario == "server":
+        figure = f"max {float(row['max_qps']):.4g}/s" if pd.notna(row["max_qps"]) and row["max_qps"] != "" else "no rate met the bound"
+    elif scenario == "offline":
+        figure = f"{float(row['samples_per_s']):.4g}/s"
+    else:
+        percentile = "p90" if scenario == "single-stream" else "p99"
+        figure = f"{percentile} {float(row['loadgen_value']) * 1e-6:.3g} ms"
+    return figure if str(row["valid"]) == "True" or scenario == "server" else f"{figure} (INVALID)"
+
+
+ROW_KEY: tuple[str, ...] = (*SCENARIO_KEY, "round", "attempt", "trial")
 
 
 def split_records(text: str) -> tuple[list[str], str]:
@@ -203,8 +232,10 @@ def record_row(record: str) -> dict[str, str] | None:
 
 
 def row_key(row: dict[str, str]) -> tuple[str, ...]:
-    """What makes a row unique in a results.csv: its cell, round and attempt (blank ones are 1)."""
-    return tuple(row[column] or "1" if column in ("round", "attempt") else row[column] for column in ROW_KEY)
+    """What makes a row unique in a results.csv: its cell and scenario, round, attempt and trial (blank rounds and
+    attempts are 1, a blank scenario `cell`)."""
+    blank = {"round": "1", "attempt": "1", "scenario": CELL_SCENARIO}
+    return tuple(row[column] or blank.get(column, "") for column in ROW_KEY)
 
 
 class ReceivedRows:
@@ -236,8 +267,9 @@ class ReceivedRows:
         return read_exactly(self.path)
 
     def cells(self, round_number: int) -> int:
-        """How many cells of round `round_number` have a row."""
-        return len({key[:3] for key in self._keys if key[3] == str(round_number)})
+        """How many cells of round `round_number` have a row (a server scenario's trials are not cells)."""
+        cell, round_at, trial_at = len(SCENARIO_KEY), ROW_KEY.index("round"), ROW_KEY.index("trial")
+        return len({key[:cell] for key in self._keys if key[round_at] == str(round_number) and not key[trial_at]})
 
 
 def rows_written(output_dir: Path, round_number: int | None = None) -> int:

@@ -20,6 +20,7 @@ from benchlib.config.catalogue import get_model, load_catalogue
 from benchlib.config.params import ParameterError, validate_params
 from benchlib.measure.sweep import run_environment, within_tolerance
 from benchlib.paths import PROJECT_ROOT
+from benchlib.scenarios.loadgen import LOADGEN_DISTRIBUTION
 from benchlib.store.layout import ENVIRONMENT_FILE
 from benchlib.workloads.agreement import Agreement, agreement
 from benchlib.workloads.inputs import random_ids
@@ -119,7 +120,8 @@ def test_each_backends_extra_installs_what_it_requires():
         assert set(info.requires) <= extras.get(info.extra, set()) if info.requires else info.extra is None, info.framework
         assert not set(info.requires) & core, info.framework
     assert extras["cluster"] == {"dask", "distributed"} and not extras["cluster"] & core
-    assert [Requirement(line) for line in project["optional-dependencies"]["all"]] == [Requirement("benchlib[cluster,onnxruntime,openvino,tensorflow]")]
+    assert extras["loadgen"] == {LOADGEN_DISTRIBUTION} and not extras["loadgen"] & core  # the load scenarios' (scenarios/loadgen.py)
+    assert [Requirement(line) for line in project["optional-dependencies"]["all"]] == [Requirement("benchlib[cluster,loadgen,onnxruntime,openvino,tensorflow]")]
     assert "torch==2.13.0" in project["dependencies"]  # any other torch specifier downloads a multi-GB CUDA build
 
 

@@ -37,18 +37,37 @@ CASES = {
     "generate with another task": ({"workload": "generate", "prompt_lengths": [8, 300], "task": "fill-mask"}, "task: workload generate needs task causal-lm, not 'fill-mask'"),
     "prompts in a forward grid": ({"prompt_lengths": [8]}, "prompt_lengths: only workload generate has prompts; a forward grid gives sequence_lengths"),
     "one new token": ({"new_tokens": 1}, "new_tokens: Input should be greater than or equal to 2"),
+    "requests in a cell grid": ({"request_lengths": [32]}, "request_lengths: only a load scenario (single-stream, multi-stream, server, offline) has requests"),
+    "a token bound on forward passes": ({"ttft_bound_ms": 200}, "ttft_bound_ms: a token bound needs workload: generate (a forward pass has no tokens)"),
+}
+# The same, on a load scenario's grid (load-smoke).
+LOAD_CASES = {
+    "unknown scenario": ({"scenario": "burst"}, "scenario.0: Input should be 'cell', 'single-stream', 'multi-stream', 'server' or 'offline'"),
+    "cell beside a load scenario": ({"scenario": ["cell", "offline"]}, "scenario: cell and the load scenarios are measured in grids of their own, not together"),
+    "sequence lengths under load": ({"sequence_lengths": [8]}, "sequence_lengths: a load scenario takes request_lengths (the lengths of its requests), not sequence_lengths"),
+    "batch sizes under load": ({"batch_sizes": [2]}, "batch_sizes: a load scenario batches its requests itself, up to max_batch; give max_batch"),
+    "a request length of 0": ({"request_lengths": [8, 0]}, "request_lengths: sizes must be positive integers"),
+    "max_batch below 1": ({"max_batch": 0}, "max_batch: Input should be greater than or equal to 1"),
+    "a negative batch timeout": ({"batch_timeout_ms": -1}, "batch_timeout_ms: Input should be greater than or equal to 0"),
+    "no stream": ({"streams": 0}, "streams: Input should be greater than or equal to 1"),
+    "a latency bound of 0": ({"latency_bound_ms": 0}, "latency_bound_ms: Input should be greater than 0"),
+    "a token bound under load on forward passes": ({"tpot_bound_ms": 50}, "tpot_bound_ms: a token bound needs workload: generate (a forward pass has no tokens)"),
+    "no duration": ({"min_duration_s": 0}, "min_duration_s: Input should be greater than 0"),
+    "no queries": ({"min_query_count": 0}, "min_query_count: Input should be greater than or equal to 1"),
+    "no trials": ({"max_trials": 0}, "max_trials: Input should be greater than or equal to 1"),
+    "no samples per query": ({"samples_per_query": 0}, "samples_per_query: Input should be greater than or equal to 1"),
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_bad_value_in_a_params_file(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    values, message = CASES[case]
+@pytest.mark.parametrize(("grid", "case"), [("smoke", case) for case in CASES] + [("load-smoke", case) for case in LOAD_CASES])
+def test_bad_value_in_a_params_file(grid: str, case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    values, message = (CASES if grid == "smoke" else LOAD_CASES)[case]
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(values))
     out = tmp_path / "run"
-    assert main(["run", "--grid", "smoke", "--environments", "cpu-pytorch", "--params", str(bad), "--out", str(out)]) == 2
+    assert main(["run", "--grid", grid, "--environments", "cpu-pytorch", "--params", str(bad), "--out", str(out)]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and message in lines[0] and lines[0].startswith("cpu-pytorch: ") and str(bad) in lines[0]
+    assert len(lines) == 1 and message in lines[0] and lines[0].startswith("cpu-pytorch: ") and str(bad) in lines[0], lines
     assert not out.exists()  # nothing started
 
 

@@ -33,7 +33,7 @@ from benchlib.store.environment import merge_environment
 from benchlib.store.layout import ENVIRONMENT_FILE
 from benchlib.store.limits import read_limits
 from benchlib.store.results import COLUMNS, ReceivedRows, ResultsWriter, make_row, rows_written, split_records
-from tests.kernels import kill_mid_cell
+from tests.kernels import kill_mid_cell, running
 
 DASK = Path(sys.executable).with_name("dask")
 # Three cells per environment: two tiny models measured, Transformer-XL `unsupported` in PyTorch.
@@ -255,17 +255,23 @@ def has_kernel(worker: subprocess.Popen) -> bool:
     return any("ipykernel_launcher" in " ".join(p.cmdline()) for p in processes_of(worker) if p.is_running())
 
 
+def longer_run_on(address: str, tmp_path: Path, run_dir: Path) -> list[str]:
+    """`benchlib run` of the LONGER cells in cpu-pytorch on the cluster at `address`, into `run_dir`."""
+    longer = write_yaml(tmp_path / "longer.yaml", LONGER)
+    return [
+        sys.executable, "-m", "benchlib", "run", "--grid", "smoke", "--environments", "cpu-pytorch", "--params", str(longer),
+        "--out", str(run_dir), "--no-summary", "--no-limits", "--cluster", address,
+    ]  # fmt: skip
+
+
 @pytest.mark.e2e
 def test_a_worker_killed_mid_environment_loses_no_row(tmp_path: Path, cluster: tuple[str, list[subprocess.Popen]]) -> None:
     """SIGKILL to a worker (and its kernel) after its first row: the environment goes on on the other worker; every cell once."""
     from distributed import Client
 
     address, workers = cluster
-    run_dir, longer = tmp_path / "run", write_yaml(tmp_path / "longer.yaml", LONGER)
-    command = [
-        sys.executable, "-m", "benchlib", "run", "--grid", "smoke", "--environments", "cpu-pytorch", "--params", str(longer),
-        "--out", str(run_dir), "--no-summary", "--no-limits", "--cluster", address,
-    ]  # fmt: skip
+    run_dir = tmp_path / "run"
+    command = longer_run_on(address, tmp_path, run_dir)
     client = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 300
@@ -306,24 +312,16 @@ def test_a_kernel_killed_by_a_signal_on_a_worker_gets_a_row_that_names_it(tmp_pa
     """SIGBUS to a worker's kernel (not the worker) mid-cell: the cell is `crashed` with the signal and the runtime named, as in
     a local run, the kernel starts again on the same worker, and every cell reaches the client once."""
     address, workers = cluster
-    run_dir, longer = tmp_path / "run", write_yaml(tmp_path / "longer.yaml", LONGER)
-    command = [
-        sys.executable, "-m", "benchlib", "run", "--grid", "smoke", "--environments", "cpu-pytorch", "--params", str(longer),
-        "--out", str(run_dir), "--no-summary", "--no-limits", "--cluster", address,
-    ]  # fmt: skip
+    run_dir = tmp_path / "run"
+    command = longer_run_on(address, tmp_path, run_dir)
     earlier = set(scratch_folders(workers, "cpu-pytorch"))  # a worker killed by another test leaves its folder behind
-    client = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
+    with running(command) as client:
         deadline = time.monotonic() + 300
         while not (scratch := [folder for folder in scratch_folders(workers, "cpu-pytorch") if folder not in earlier]):
             assert time.monotonic() < deadline and client.poll() is None, "no worker started the environment"
             time.sleep(0.05)
         killed = kill_mid_cell(scratch[0], client, min_rows=1, signum=signal.SIGBUS)
         output, _ = client.communicate(timeout=300)
-    finally:
-        if client.poll() is None:
-            client.kill()
-            client.wait()
     assert client.returncode == 0, output
     assert "marked crashed, restarting (1 of 3)" in output and "was lost" not in output
     rows = read_results(run_dir / "cpu-pytorch", every_attempt=True)

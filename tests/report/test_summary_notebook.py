@@ -71,6 +71,7 @@ def test_summary_renders_html_tables_and_figures(smoke_run: Path, smoke_models: 
     assert page.count("data:image/png") >= 3
     assert "Speed probe" in page or "speed probe" in page
     assert "Interference was not measured" not in page  # every environment of a fresh run measured it
+    assert "No load scenario was measured in these runs" in page  # the smoke run has none: the section says so
 
     averages = pd.read_csv(run / "tables" / "framework_averages.csv")
     assert list(averages.columns) == list(AVERAGES_COLUMNS)

@@ -1,0 +1,170 @@
+"""One LoadGen test (`mlperf_loadgen`, PerformanceOnly) of a load scenario against the kit's serving loop, and LoadGen's
+own summary read back: the figures of a scenario's row are the ones LoadGen reports in `mlperf_log_summary.txt`, never
+recomputed, so that a reader can check the row against that file (kept, with `mlperf_log_detail.txt`, in the folder
+given; the trace is off and the accuracy log empty).
+
+LoadGen's settings that the kit sets (every other one is LoadGen's default): the scenario, PerformanceOnly, the minimum
+duration and query count, the server's target rate and latency bound (at the 99th percentile, LoadGen's default), the
+queries' samples in MultiStream, and the expected rate or latency that LoadGen sizes its queries by. A result is VALID
+when LoadGen says so: the minimum duration and query count are met, early stopping is satisfied (at the 99th percentile
+that takes several hundred queries) and, for the server, the latency bound holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from benchlib.scenarios.serving import Request, ServingLoop
+from benchlib.store.layout import LOADGEN_DETAIL as DETAIL_FILE
+from benchlib.store.layout import LOADGEN_SUMMARY as SUMMARY_FILE
+
+LOADGEN_DISTRIBUTION = "mlcommons-loadgen"
+LOADGEN_SCENARIOS: dict[str, str] = {"single-stream": "SingleStream", "multi-stream": "MultiStream", "server": "Server", "offline": "Offline"}
+KEPT_FILES: tuple[str, ...] = (SUMMARY_FILE, DETAIL_FILE)
+# The figure each scenario is judged by, as LoadGen's summary names it.
+RESULT_FIGURE: dict[str, str] = {
+    "single-stream": "90.0th percentile latency (ns)", "multi-stream": "99.0th percentile latency (ns)",
+    "server": "Completed samples per second", "offline": "Samples per second",
+}  # fmt: skip
+PERCENTILES: dict[str, str] = {"p50": "50.00 percentile latency (ns)", "p90": "90.00 percentile latency (ns)", "p99": "99.00 percentile latency (ns)"}
+NS = 1e-9
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """What one LoadGen test is asked for (seconds and samples per second; LoadGen takes nanoseconds and milliseconds)."""
+
+    scenario: str
+    min_duration_s: float
+    min_query_count: int
+    expected_qps: float  # LoadGen sizes Offline's one query and the schedule hints by it
+    samples_per_query: int = 1  # MultiStream's samples per query
+    target_qps: float | None = None  # Server: the Poisson arrival rate
+    latency_bound_s: float | None = None  # Server: the bound at the 99th percentile
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """LoadGen's summary of one test: its verdict, every `key : value` line it printed, and where its logs are kept."""
+
+    scenario: str
+    valid: bool
+    figures: dict[str, str]
+    folder: Path
+
+    def figure(self, name: str) -> float | None:
+        """The summary's number `name` ("Samples per second"), or None where it does not print it."""
+        value = self.figures.get(name)
+        try:
+            return float(value) if value is not None else None
+        except ValueError:
+            return None
+
+    @property
+    def result_figure(self) -> str:
+        """The name of the figure this scenario is judged by (RESULT_FIGURE)."""
+        return RESULT_FIGURE[self.scenario]
+
+    def latency_s(self, percentile: str) -> float | None:
+        """A latency percentile of PERCENTILES ("p99") in seconds (per query in MultiStream, per sample otherwise)."""
+        value = self.figure(PERCENTILES[percentile])
+        return value * NS if value is not None else None
+
+
+def parse_summary(text: str) -> dict[str, str]:
+    """The `key : value` lines of a LoadGen summary, the first of each key (early stopping's `*` lines left out)."""
+    figures: dict[str, str] = {}
+    for line in text.splitlines():
+        key, colon, value = line.partition(":")
+        key = key.strip()
+        if colon and key and not key.startswith("*") and key not in figures:
+            figures[key] = value.strip()
+    return figures
+
+
+def test_settings(settings: LoadSettings) -> object:
+    """`mlperf_loadgen.TestSettings` for `settings`."""
+    import mlperf_loadgen as lg
+
+    test = lg.TestSettings()
+    test.scenario = getattr(lg.TestScenario, LOADGEN_SCENARIOS[settings.scenario])
+    test.mode = lg.TestMode.PerformanceOnly
+    test.min_duration_ms = max(1, round(settings.min_duration_s * 1000))
+    test.min_query_count = settings.min_query_count
+    expected_latency_ns = max(1, round(1e9 / settings.expected_qps))
+    if settings.scenario == "single-stream":
+        test.single_stream_expected_latency_ns = expected_latency_ns
+    elif settings.scenario == "multi-stream":
+        test.multi_stream_samples_per_query = settings.samples_per_query
+        test.multi_stream_expected_latency_ns = expected_latency_ns * settings.samples_per_query
+    elif settings.scenario == "server":
+        if settings.target_qps is None or settings.latency_bound_s is None:
+            raise ValueError("a server test needs a target rate and a latency bound")
+        test.server_target_qps = settings.target_qps
+        test.server_target_latency_ns = max(1, round(settings.latency_bound_s * 1e9))
+    else:
+        test.offline_expected_qps = settings.expected_qps
+    return test
+
+
+@contextlib.contextmanager
+def _constructed(construct: Callable[..., object], destroy: Callable[[object], None], *args: object) -> Iterator[object]:
+    handle = construct(*args)
+    try:
+        yield handle
+    finally:
+        destroy(handle)
+
+
+def run_loadgen(
+    settings: LoadSettings, samples: Sequence[np.ndarray], calls: Sequence[Callable[[np.ndarray], object]], max_batch: int,
+    batch_timeout_s: float, folder: Path,
+) -> LoadReport:  # fmt: skip
+    """One LoadGen test of `settings` against a serving loop of `calls` (one per stream): LoadGen's queries are rows of
+    `samples` (its query sample library), batched by the loop; each finished batch is reported back to LoadGen. LoadGen's
+    summary and detail logs are kept in `folder` (created). A worker's failure is raised once LoadGen has finished."""
+    import mlperf_loadgen as lg
+
+    def complete(batch: list[Request], output: object) -> None:
+        lg.QuerySamplesComplete([lg.QuerySampleResponse(request.id, 0, 0) for request in batch])
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="loadgen-") as scratch:
+        output = lg.LogOutputSettings()
+        output.outdir, output.copy_summary_to_stdout = scratch, False
+        log = lg.LogSettings()
+        log.log_output, log.enable_trace = output, False
+        with ServingLoop(calls, max_batch, batch_timeout_s, complete) as loop:
+
+            def issue(query_samples: Sequence[object]) -> None:
+                loop.submit(Request(sample.id, samples[sample.index]) for sample in query_samples)
+
+            with _constructed(lg.ConstructSUT, lg.DestroySUT, issue, lambda: None) as sut, \
+                 _constructed(lg.ConstructQSL, lg.DestroyQSL, len(samples), len(samples), lambda _: None, lambda _: None) as qsl:  # fmt: skip
+                lg.StartTestWithLogSettings(sut, qsl, test_settings(settings), log)
+        for name in KEPT_FILES:
+            shutil.copyfile(Path(scratch) / name, folder / name)
+    figures = parse_summary((folder / SUMMARY_FILE).read_text(encoding="utf-8"))
+    return LoadReport(settings.scenario, figures.get("Result is") == "VALID", figures, folder)
+
+
+def early_stopping_queries(report: LoadReport) -> int | None:
+    """The queries LoadGen says a test would have needed for early stopping (its count so far plus the more it asks
+    for), or None where early stopping was satisfied or the summary does not say."""
+    if report.figures.get("Early stopping satisfied", "Yes") == "Yes":
+        return None
+    text = (report.folder / SUMMARY_FILE).read_text(encoding="utf-8")
+    done = re.search(r"Processed (\d+) queries", text) or re.search(r"processed (\d+) queries", text)
+    more = re.search(r"at least (\d+) more queries", text)
+    total = re.search(r"at least (\d+) queries", text)
+    if more and done:
+        return int(done.group(1)) + int(more.group(1))
+    return int(total.group(1)) if total else None

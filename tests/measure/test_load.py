@@ -1,0 +1,166 @@
+"""A load scenario's cells, for real: MLPerf's LoadGen drives tiny models behind the serving loop (`measure.load`), and each
+row's figures are LoadGen's own summary's."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from benchlib import read_results, run_environment
+from benchlib.backends import load_backend
+from benchlib.backends.pytorch import as_array
+from benchlib.config.params import validate_params
+from benchlib.measure import sweep
+from benchlib.measure.load import load_samples
+from benchlib.report.render import render_summary
+from benchlib.scenarios.loadgen import PERCENTILES, parse_summary
+from benchlib.scenarios.serving import Request, ServingLoop
+from benchlib.store.layout import LOADGEN_DETAIL, LOADGEN_SUMMARY
+from benchlib.workloads.agreement import agreement
+from tests.kernels import kill_mid_cell, running
+
+SCENARIOS = ["single-stream", "multi-stream", "server", "offline"]
+
+
+def load_params(tmp_path: Path, **overrides: object) -> dict:
+    values = dict(
+        environment="cpu-pytorch", framework="pytorch", mode="eager", models=["gpt2"], model_scale="tiny", scenario=SCENARIOS,
+        request_lengths=[8, 16], max_batch=4, samples_per_query=2, latency_bound_ms=200, min_duration_s=1.0, min_query_count=32,
+        max_trials=6, remeasure=0, output_dir=str(tmp_path / "cpu-pytorch"),
+    )  # fmt: skip
+    return {**values, **overrides}
+
+
+@pytest.fixture(scope="module")
+def load_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("load")
+    run_environment(load_params(folder), progress=False)
+    return folder / "cpu-pytorch"
+
+
+@pytest.mark.e2e
+def test_each_scenario_has_one_row_whose_figures_are_loadgens_summary(load_run: Path) -> None:
+    rows = read_results(load_run).set_index("scenario")
+    assert sorted(rows.index) == sorted(SCENARIOS) and set(rows["status"]) == {"ok"}, rows["reason"].tolist()
+    assert set(rows["batch_size"]) == {4} and set(rows["sequence_length"]) == {16} and set(rows["inputs"]) == {"random"}
+    for scenario, row in rows.iterrows():
+        summary = parse_summary((load_run / row["loadgen_log"] / LOADGEN_SUMMARY).read_text(encoding="utf-8"))
+        assert row["loadgen_value"] == summary[row["loadgen_metric"]], scenario
+        assert bool(row["valid"]) == (summary["Result is"] == "VALID"), scenario
+        for percentile, name in PERCENTILES.items():
+            assert row[f"latency_{percentile}_s"] == pytest.approx(float(summary[name]) * 1e-9), (scenario, percentile)
+        assert (load_run / row["loadgen_log"] / LOADGEN_DETAIL).stat().st_size > 0
+    assert rows.loc["offline", "loadgen_metric"] == "Samples per second" and float(rows.loc["offline", "samples_per_s"]) > 0
+    assert rows.loc["single-stream", "loadgen_metric"] == "90.0th percentile latency (ns)"
+    assert rows.loc["multi-stream", "loadgen_metric"] == "99.0th percentile latency (ns)"
+    assert bool(rows.loc["offline", "valid"]) and bool(rows.loc["single-stream", "valid"]), rows["reason"].tolist()
+
+
+@pytest.mark.e2e
+def test_the_server_row_is_the_largest_valid_rate_and_the_next_trial_above_it_is_invalid(load_run: Path) -> None:
+    server = read_results(load_run).set_index("scenario").loc["server"]
+    trials = read_results(load_run, trials=True)
+    assert len(trials) >= 2 and list(trials["trial"]) == list(range(1, len(trials) + 1)) and set(trials["scenario"]) == {"server"}
+    valid = trials["valid"].astype(str) == "True"
+    max_qps = float(server["max_qps"])
+    assert max_qps == trials.loc[valid, "target_qps"].max() and float(server["target_qps"]) == max_qps
+    above = trials.loc[~valid & (trials["target_qps"] > max_qps), "target_qps"]
+    assert len(above) and not (valid & (trials["target_qps"] > above.min())).any()  # VALID at max_qps, INVALID at the bracket above
+    at_max = trials[valid & (trials["target_qps"] == max_qps)].iloc[-1]
+    assert server["loadgen_log"] == at_max["loadgen_log"] and server["latency_p99_s"] == at_max["latency_p99_s"]
+    assert at_max["latency_p99_s"] <= 0.200 and server["loadgen_metric"] == "Completed samples per second"
+    for _, trial in trials.iterrows():
+        summary = parse_summary((load_run / trial["loadgen_log"] / LOADGEN_SUMMARY).read_text(encoding="utf-8"))
+        assert (summary["Result is"] == "VALID") == (str(trial["valid"]) == "True") and trial["loadgen_value"] == summary["Completed samples per second"]
+
+
+@pytest.mark.e2e
+def test_a_rerun_measures_nothing_again(load_run: Path, tmp_path: Path) -> None:
+    before = (load_run / "results.csv").read_bytes()
+    rows = run_environment(load_params(load_run.parent), progress=False)
+    assert (load_run / "results.csv").read_bytes() == before and len(rows) == len(SCENARIOS)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(("framework", "mode"), [("pytorch", "eager"), ("onnxruntime", "session")])
+def test_a_requests_output_in_a_batch_equals_its_output_alone(framework: str, mode: str, tmp_path: Path) -> None:
+    params = validate_params(load_params(tmp_path, framework=framework, mode=mode, models=["bert-base-cased"], scenario="offline"))
+    spec = params.model_spec("bert-base-cased")
+    backend = load_backend(framework, mode, num_threads=1)
+    model = backend.build(spec, "tiny")
+    samples = load_samples(spec, params)[0][:12]  # of two lengths
+    outputs: dict[int, dict[int, np.ndarray]] = {1: {}, 4: {}}
+    with backend.inference_context():
+        for max_batch in outputs:
+            examples = [backend.as_inputs(np.stack([sample] * size)) for sample in samples[:1] + samples[-1:] for size in (1, 2, 4)]
+            serve = backend.server_call(model, examples)
+
+            def complete(batch: list[Request], output: object, into: dict = outputs[max_batch]) -> None:
+                rows = as_array(output)
+                for i, request in enumerate(batch):
+                    into[request.id] = rows[i]
+
+            with ServingLoop([lambda ids: serve(backend.as_inputs(ids))], max_batch, 0.05, complete) as loop:
+                loop.submit(Request(i, sample) for i, sample in enumerate(samples))
+    assert sorted(outputs[1]) == sorted(outputs[4]) == list(range(len(samples)))
+    for i in outputs[1]:
+        compared = agreement("feature-extraction", outputs[4][i][None], outputs[1][i][None])
+        assert compared.value >= 0.999 and compared.max_abs_diff <= 1e-4, (i, compared)
+
+
+def test_without_loadgen_the_scenario_cells_are_unsupported_with_the_pip_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sweep, "installed", lambda distribution: distribution != "mlcommons-loadgen")
+    rows = run_environment(load_params(tmp_path, scenario=["offline", "server"]), progress=False)
+    assert rows["status"].tolist() == ["unsupported"] * 2
+    assert set(rows["reason"]) == {"mlcommons-loadgen is not installed: pip install 'benchlib[loadgen]'"}
+    assert sweep.loadgen_missing(validate_params(load_params(tmp_path, scenario="cell", batch_sizes=[1], sequence_lengths=[8], request_lengths=None))) is None
+    assert pd.isna(rows["max_qps"]).all()
+
+
+@pytest.mark.e2e
+def test_a_rerun_numbers_a_server_cells_trials_after_those_already_written(load_run: Path) -> None:
+    """A run stopped during the server scenario leaves its trials; the rerun that measures the cell again goes on after them."""
+    trials = read_results(load_run, trials=True)
+    server = {"model": "gpt2", "batch_size": 4, "sequence_length": 16, "scenario": "server", "round": 1, "attempt": 1}
+    assert sweep.next_trial(load_run / "results.csv", server) == len(trials) + 1
+    assert sweep.next_trial(load_run / "results.csv", {**server, "attempt": 2}) == 1
+
+
+@pytest.mark.e2e
+def test_a_kernel_killed_during_a_scenario_leaves_a_crashed_row_and_the_others_are_measured(tmp_path: Path) -> None:
+    """The kernel is killed once the server scenario has a trial: that cell is `crashed`, its trials are kept, and a new kernel
+    measures the next scenario (offline)."""
+    run_dir, two = tmp_path / "run", tmp_path / "two.yaml"
+    two.write_text("scenario: [server, offline]\n", encoding="utf-8")
+    command = [
+        sys.executable, "-m", "benchlib", "run", "--grid", "load-smoke", "--models", "gpt2", "--environments", "cpu-pytorch",
+        "--params", str(two), "--out", str(run_dir), "--no-summary", "--no-limits", "--quiet",
+    ]  # fmt: skip
+    with running(command) as runner:
+        killed = kill_mid_cell(run_dir / "cpu-pytorch", runner, min_rows=1, wanted=lambda cell: cell.get("scenario") == "server")
+        output, _ = runner.communicate(timeout=600)
+    assert runner.returncode == 0, output
+    rows = read_results(run_dir / "cpu-pytorch").set_index("scenario")
+    assert sorted(rows.index) == ["offline", "server"] and killed["scenario"] == "server"
+    assert rows.loc["server", "status"] == "crashed" and rows.loc["server", "reason"].startswith("kernel died (SIGKILL: Killed) while measuring with torch ")
+    assert set(rows.drop("server")["status"]) == {"ok"}
+    trials = read_results(run_dir / "cpu-pytorch", trials=True)
+    assert len(trials) >= 1 and set(trials["scenario"]) == {"server"}  # the trials it finished before the kill are kept
+
+
+@pytest.mark.e2e
+def test_the_summary_of_a_run_under_load_has_the_under_load_section(load_run: Path, tmp_path: Path) -> None:
+    run = shutil.copytree(load_run.parent, tmp_path / "run")
+    page = render_summary([run]).read_text(encoding="utf-8")
+    assert "12. Under load" in page and "No load scenario was measured" not in page
+    assert "These runs measured under load only" in page  # the findings say where the figures are
+    table = pd.read_csv(run / "tables" / "under_load.csv")
+    server = read_results(load_run).set_index("scenario").loc["server"]
+    assert list(table["environment"]) == ["cpu-pytorch"] and table.loc[0, "server_max_qps"] == pytest.approx(float(server["max_qps"]))
+    assert table.loc[0, "single_stream_p90_ms"] == pytest.approx(float(read_results(load_run).set_index("scenario").loc["single-stream", "loadgen_value"]) * 1e-6)
+    assert (run / "figures" / "server_trials.png").stat().st_size > 0
