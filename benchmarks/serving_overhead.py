@@ -50,16 +50,18 @@ def main() -> int:
     parser.add_argument("--max-batch", type=int, default=8)
     parser.add_argument("--blocks", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=5.0, help="each LoadGen test's minimum duration (default: %(default)s)")
+    parser.add_argument("--threads", default="cores", help="intra-op threads: a number or cores (default: %(default)s)")
     parser.add_argument("--tolerance", type=float, default=0.05)
     args = parser.parse_args()
+    threads = args.threads if args.threads == "cores" else int(args.threads)
 
     folder = Path(tempfile.mkdtemp(prefix="serving-overhead-"))
     params = validate_params(dict(
         environment=f"{args.framework}-{args.mode}", framework=args.framework, mode=args.mode, models=[args.model], model_scale=args.scale,
         scenario=["offline", "single-stream"], request_lengths=[args.length], max_batch=args.max_batch, min_duration_s=args.seconds,
-        min_query_count=1, num_threads="cores", num_interop_threads=1, output_dir=str(folder),
+        min_query_count=1, num_threads=threads, num_interop_threads=1, output_dir=str(folder),
     ))  # fmt: skip
-    backend = load_backend(args.framework, args.mode, num_threads="cores", num_interop_threads=1)
+    backend = load_backend(args.framework, args.mode, num_threads=threads, num_interop_threads=1)
     spec = params.model_spec(args.model)
     blocks = []  # per block: LoadGen offline / plain samples per second, LoadGen single-stream p50 / the cell's median
     with backend.inference_context():
@@ -75,7 +77,7 @@ def main() -> int:
             cell = measure(cell_call, TimingSpec(warmup=1, repeat=30, number=1), backend.sync)
             blocks.append((offline.figure("Samples per second"), plain, single.latency_s("p50"), cell.median_s))
             print(f"block {block + 1}: offline {blocks[-1][0]:.1f}/s, plain {plain:.1f}/s; single-stream p50 {blocks[-1][2] * 1e3:.2f} ms, cell median {cell.median_s * 1e3:.2f} ms")
-    print(f"{args.model} ({args.scale}), {args.framework} {args.mode}, requests of {args.length} tokens, max_batch {args.max_batch}, {args.blocks} blocks")
+    print(f"{args.model} ({args.scale}), {args.framework} {args.mode}, {args.threads} threads, requests of {args.length} tokens, max_batch {args.max_batch}, {args.blocks} blocks")
     checks = {
         "offline samples/s / plain loop of full batches": statistics.median(o / p for o, p, _, _ in blocks),
         "single-stream p50 / the kit's cell median": statistics.median(s / c for _, _, s, c in blocks),

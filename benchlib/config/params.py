@@ -218,8 +218,9 @@ MODEL_REQUEST_FIELDS: tuple[str, ...] = ("weights", "task", "trust_remote_code",
 
 def load_scenario(values: Any) -> Any:
     """`scenario` as a list (a name alone is a list of one); for load scenarios, `request_lengths` (by default
-    DEFAULT_REQUEST_LENGTHS) become the cells' sequence lengths and `max_batch` their batch size, and the parameters that
-    only a cell or only generation has are refused, each with one line."""
+    DEFAULT_REQUEST_LENGTHS) become the cells' sequence lengths and `max_batch` their batch size, the requests are text
+    unless `inputs` says otherwise (lengths vary as real traffic's do), and the parameters that only a cell or only
+    generation has are refused, each with one line."""
     if not isinstance(values, dict):
         return values
     scenario = values.get("scenario", [CELL])
@@ -252,7 +253,7 @@ def load_scenario(values: Any) -> Any:
         raise ValueError("sequence_lengths: a load scenario takes request_lengths (the lengths of its requests), not sequence_lengths")
     if values.get("batch_sizes") is not None and values["batch_sizes"] != [max_batch]:
         raise ValueError("batch_sizes: a load scenario batches its requests itself, up to max_batch; give max_batch")
-    return {**values, "request_lengths": lengths, "sequence_lengths": [max(lengths)], "batch_sizes": [max_batch]}
+    return {"inputs": "text", **values, "request_lengths": lengths, "sequence_lengths": [max(lengths)], "batch_sizes": [max_batch]}
 
 
 class ParameterError(ValueError):
