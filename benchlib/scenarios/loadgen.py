@@ -1,7 +1,7 @@
 """One LoadGen test (`mlperf_loadgen`, PerformanceOnly) of a load scenario against the kit's serving loop, and LoadGen's
 own summary read back: the figures of a scenario's row are the ones LoadGen reports in `mlperf_log_summary.txt`, never
 recomputed, so that a reader can check the row against that file (kept, with `mlperf_log_detail.txt`, in the folder
-given; the trace is off and the accuracy log empty).
+given; the trace is off, and LoadGen's other files are not kept).
 
 LoadGen's settings that the kit sets (every other one is LoadGen's default): the scenario, PerformanceOnly, the minimum
 duration and query count, the server's target rate and latency bound (at the 99th percentile, LoadGen's default), the
