@@ -33,17 +33,17 @@ def kill_mid_cell(
     env_dir: Path, runner: subprocess.Popen, min_rows: int = 0, wanted: Callable[[dict[str, Any]], bool] = lambda cell: True,
     timeout_s: float = 300, signum: signal.Signals = signal.SIGKILL,
 ) -> dict[str, Any]:  # fmt: skip
-    """Kill the kernel writing into `env_dir` with `signum` once `min_rows` rows are written and a `wanted` cell is in
-    flight with no row yet (the kernel is in the speed probe before its model, building it, or measuring it); return
-    that cell's in-flight record. The kernel is stopped (SIGSTOP) while this is checked, so that the cell cannot
-    end between the check and the kill, however fast the machine: the cell returned is the one that the kit
-    must record as `crashed`. A signal other than SIGKILL waits until the kernel is continued (SIGCONT), and
-    is then delivered before it runs anything else."""
+    """Kill the kernel writing into `env_dir` with `signum` once `min_rows` rows (a server's trials among them) are written
+    and a `wanted` cell is in flight with no row yet (the kernel is in the speed probe before its model, building it, or
+    measuring it); return that cell's in-flight record. The kernel is stopped (SIGSTOP) while this is checked, so that
+    the cell cannot end between the check and the kill, however fast the machine: the cell returned is the one that the
+    kit must record as `crashed`. A signal other than SIGKILL waits until the kernel is continued (SIGCONT), and is then
+    delivered before it runs anything else."""
     deadline = time.monotonic() + timeout_s
     while True:
         assert time.monotonic() < deadline and runner.poll() is None, f"no wanted cell was in flight after {min_rows} rows in {env_dir}"
         marker = read_in_flight(env_dir)
-        if marker and wanted(marker) and rows_written(env_dir) >= min_rows:
+        if marker and wanted(marker) and rows_written(env_dir, trials=True) >= min_rows:
             pid = marker["pid"]
             try:
                 os.kill(pid, signal.SIGSTOP)

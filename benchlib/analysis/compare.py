@@ -9,6 +9,9 @@ practical threshold:
   round's samples pooled) gives p < `alpha` AND its change in median time (`time_s`: the median
   over rounds of each round's median) is at least `threshold`; otherwise `no change`. A cell
   that is `ok` in only one run, or has no row in one, is `not compared`, with why.
+- a load scenario's cell (one model under single-stream, multi-stream, server or offline) is compared as a cell, its
+  time the figure its scenario is judged by where less is better (the latency, or one over the rate) and its samples
+  the rounds' figures: one per round, so that it needs several rounds in each run for the rank test to find a change.
 - an environment's change is the geometric mean over its compared cells of B / A, with the
   bootstrap interval of `benchlib.analysis.significance` (resampling each cell's per-round medians with
   two rounds or more, else its raw samples). Its verdict is `significance.verdict`: `faster` or
@@ -40,24 +43,26 @@ from matplotlib.ticker import PercentFormatter
 from scipy.stats import mannwhitneyu
 
 from benchlib import status
+from benchlib.analysis import load as under_load
 from benchlib.analysis import significance, variance
 from benchlib.analysis.runs import NOT_MEASURED, Run, read_run
 from benchlib.analysis.significance import FASTER, SLOWER
 from benchlib.paths import display_path
 from benchlib.store.layout import COMPARE_CELLS, COMPARE_DIFFERENCES, COMPARE_ENVIRONMENTS, COMPARE_HTML, COMPARE_PLOT, RESULTS_FILE, compare_dir
-from benchlib.store.results import CELL_KEY
+from benchlib.store.results import CELL_KEY, CELL_SCENARIO
 
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_ALPHA = 0.05
 NO_CHANGE = "no change"
 NOT_COMPARED = "not compared"
-KEY: tuple[str, ...] = ("environment", "workload", *CELL_KEY)  # a generate cell is never compared with a forward one
+# A generate cell is never compared with a forward one, nor a load scenario's cell with a cell timed one call at a time.
+KEY: tuple[str, ...] = ("environment", "workload", "scenario", *CELL_KEY)
 # What environment.json says about a run, compared key by key; run-specific values are left out.
 SECTIONS: tuple[str, ...] = ("software", "machine", "threads", "parameters")
 IGNORED: frozenset[tuple[str, str]] = frozenset({("machine", "hostname"), ("parameters", "output_dir"), ("parameters", "current_round")})
 ABSENT = "(absent)"
 CELL_COLUMNS: tuple[str, ...] = (
-    "environment", "workload", *CELL_KEY, "status_a", "status_b", "median_a_s", "median_b_s", "change", "p_value",
+    "environment", "workload", "scenario", *CELL_KEY, "status_a", "status_b", "median_a_s", "median_b_s", "change", "p_value",
     "n_samples_a", "n_samples_b", "verdict", "disturbed", "why",
 )  # fmt: skip
 ENVIRONMENT_COLUMNS: tuple[str, ...] = (
@@ -89,11 +94,15 @@ class RunComparison:
 
 
 def _read_run(run_dir: str | os.PathLike[str]) -> Run:
-    """The run in `run_dir` (`runs.read_run`); CompareError when it is not a folder or none of its environments has rows."""
-    run = read_run(run_dir) if Path(run_dir).is_dir() else None
-    if run is None or not run.environments:
+    """The run in `run_dir`: its cells (`runs.read_run`) and its load scenarios' cells (`load.compared_cells`);
+    CompareError when it is not a folder or none of its environments has rows."""
+    if not Path(run_dir).is_dir():
         raise CompareError(f"{run_dir} is not a run: no <environment>/{RESULTS_FILE} with rows in it")
-    return run
+    run = read_run(run_dir)
+    loaded, infos = under_load.compared_cells(run_dir)
+    if not run.environments and loaded.empty:
+        raise CompareError(f"{run_dir} is not a run: no <environment>/{RESULTS_FILE} with rows in it")
+    return Run(run.path, pd.concat([run.rows, loaded], ignore_index=True) if len(loaded) else run.rows, {**run.environments, **infos})
 
 
 # ---------------------------------------------------------------- cells
@@ -135,7 +144,8 @@ def thresholds(run_a: Run, run_b: Run, threshold: float = DEFAULT_THRESHOLD) -> 
     more (`variance.noise_floor`), whichever is larger."""
     found = {}
     for env in (env for env in run_a.environments if env in run_b.environments):
-        floor = variance.noise_floor(run_a.rows[run_a.rows["environment"] == env], run_b.rows[run_b.rows["environment"] == env])
+        timed_a, timed_b = (run.rows[(run.rows["environment"] == env) & (run.rows["scenario"] == CELL_SCENARIO)] for run in (run_a, run_b))
+        floor = variance.noise_floor(timed_a, timed_b)
         found[env] = max(threshold, floor) if floor is not None else threshold
     return found
 
@@ -172,7 +182,10 @@ def _environment_record(environment: str, cells: pd.DataFrame, threshold: float)
     compared = cells[cells["verdict"] != NOT_COMPARED]
     rounds = not compared.empty and (compared["values_over_a"] == "rounds").all() and (compared["values_over_b"] == "rounds").all()
     estimate = significance.ratio_interval(list(compared["values_a"]), list(compared["values_b"]), over="rounds" if rounds else "samples")
-    disturbed = [f"{row.model} {row.batch_size}x{row.sequence_length} ({row.disturbed})" for row in compared.itertuples() if row.disturbed]
+    disturbed = [
+        f"{row.model} {row.batch_size}x{row.sequence_length}{'' if row.scenario == CELL_SCENARIO else f' {row.scenario}'} ({row.disturbed})"
+        for row in compared.itertuples() if row.disturbed
+    ]  # fmt: skip
     return {
         "environment": environment, "cells_compared": len(compared), "cells_not_compared": len(cells) - len(compared),
         "faster_cells": int((compared["verdict"] == FASTER).sum()), "slower_cells": int((compared["verdict"] == SLOWER).sum()),

@@ -3,9 +3,15 @@ figures as LoadGen reported them, the fastest environment per scenario, and the 
 
 A load cell's figure is the one its scenario is judged by: the 90th percentile of latency one request at a time
 (single-stream), the 99th percentile of a query's latency (multi-stream), the largest rate VALID under the bound
-(server: `max_qps`) and samples per second (offline); over rounds, the median of the rounds' figures. The fastest
-environment one request at a time (single-stream) is not always the one that serves the most under load: where it
-differs, a sentence says so.
+(server: `max_qps`) and samples per second (offline); over rounds, the median of the rounds' figures. When generating,
+the table adds LoadGen's tokens per second and the 99th percentiles of the time to first token and per output token.
+The fastest environment one request at a time (single-stream) is not always the one that serves the most under load:
+where it differs, a sentence says so.
+
+Speed-ups over eager PyTorch float32 are per model and scenario: the baseline's figure over the environment's (a
+latency) or the environment's over the baseline's (a rate), with the bootstrap interval of
+`benchlib.analysis.significance` over the rounds' figures. A load cell has one figure per round, so one round gives no
+interval and its verdict is `inconclusive`.
 """
 
 from __future__ import annotations
@@ -13,10 +19,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from benchlib import status
+from benchlib.analysis import significance
+from benchlib.analysis.comparisons import BASELINE, BASELINE_VERDICT
 from benchlib.store.environment import read_environment
 from benchlib.store.layout import environment_dirs
 from benchlib.store.results import CELL_SCENARIO, read_results
@@ -29,7 +38,15 @@ FIGURES: dict[str, tuple[str, str, bool]] = {
     "server": ("server_max_qps", "max_qps", True),
     "offline": ("offline_samples_per_s", "samples_per_s", True),
 }
+# When generating: per scenario, the table's extra columns and the row's column each takes (seconds become ms).
+TOKEN_FIGURES: dict[str, tuple[tuple[str, str], ...]] = {
+    "server": (("server_tokens_per_s", "tokens_per_s"), ("server_ttft_p99_ms", "ttft_p99_s"), ("server_tpot_p99_ms", "tpot_p99_s")),
+    "offline": (("offline_tokens_per_s", "tokens_per_s"),),
+}  # fmt: skip
 FASTEST_COLUMNS: tuple[str, ...] = ("model", "scenario", "fastest", "figure", "environments")
+SPEEDUP_COLUMNS: tuple[str, ...] = (
+    "model", "scenario", "environment", "baseline", "rounds", "speedup", "ci95_low", "ci95_high", "verdict", "agreement", "max_abs_diff",
+)  # fmt: skip
 ONLY_LOAD = "These runs measured under load only: their figures are section 12, Under load; the sections of cells timed one call at a time are empty."
 NO_LOAD = "No load scenario was measured in these runs: set `scenario` (e.g. `--grid load-smoke`; see the README's \"Under load\")."
 
@@ -66,7 +83,8 @@ def figure_of(row: pd.Series) -> float:
 
 def scenario_table(rows: pd.DataFrame) -> pd.DataFrame:
     """One line per environment and model: each scenario's figure (the median over its rounds), `rounds`, and `invalid`:
-    the scenarios that LoadGen found INVALID in a round (for the server: no rate met the bound)."""
+    the scenarios that LoadGen found INVALID in a round (for the server: no rate met the bound); when generating, the
+    TOKEN_FIGURES too."""
     if rows.empty:
         return pd.DataFrame()
     rows = rows.assign(figure=[figure_of(row) for _, row in rows.iterrows()], invalid=rows["valid"].astype(str) != "True")
@@ -75,6 +93,11 @@ def scenario_table(rows: pd.DataFrame) -> pd.DataFrame:
         line = {"environment": environment, "model": model, "rounds": int(cells["round"].nunique())}
         for scenario in SCENARIO_ORDER:
             line[FIGURES[scenario][0]] = cells.loc[cells["scenario"] == scenario, "figure"].median()
+        generated = cells[(cells["workload"] == "generate") & (cells["status"] == status.OK)]
+        for scenario, columns in TOKEN_FIGURES.items() if not generated.empty else ():
+            for column, source in columns:
+                values = pd.to_numeric(generated.loc[generated["scenario"] == scenario, source], errors="coerce")
+                line[column] = values.median() * (1000 if column.endswith("_ms") else 1)
         line["invalid"] = ", ".join(dict.fromkeys(cells.loc[cells["invalid"] & (cells["status"] == status.OK), "scenario"]))
         lines.append(line)
     return pd.DataFrame(lines)
@@ -120,3 +143,75 @@ def ranking_sentences(fastest: pd.DataFrame) -> list[str]:
             if scenario in best and best[scenario] != best["single-stream"]:
                 sentences.append(f"For {model}, {best['single-stream']} is the fastest one request at a time, but {best[scenario]} {what} ({scenario}).")
     return sentences
+
+
+def _time_like(rows: pd.DataFrame, scenario: str) -> pd.Series:
+    """Per round, a figure where less is better: the latency, or one over the rate."""
+    figures = pd.Series([figure_of(row) for _, row in rows.iterrows()], index=rows["round"].to_numpy(), dtype=float).dropna()
+    return 1 / figures if FIGURES[scenario][2] else figures
+
+
+def _agreement(rows: pd.DataFrame) -> float:
+    """The lowest agreement with eager PyTorch float32 of an environment's load cells (tokens when generating), NaN where
+    not compared."""
+    column = "token_agreement" if (rows["workload"] == "generate").any() else "agreement"
+    return float(pd.to_numeric(rows[column], errors="coerce").min())
+
+
+def scenario_speedups(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per model and scenario, every environment's speed-up over eager PyTorch float32 (the module's docstring): the rounds
+    both have a figure in, the interval and verdict (`inconclusive` with fewer than two such rounds, or a disturbed one),
+    and the environment's agreement and largest difference from the baseline's output. No rows without the baseline."""
+    lines = []
+    if rows.empty:
+        return pd.DataFrame(columns=list(SPEEDUP_COLUMNS))
+    rows = rows.assign(options=rows["options"].fillna("").astype(str), precision=rows["precision"].fillna("float32"))
+    for (model, scenario), group in rows.groupby(["model", "scenario"], sort=False):
+        baseline = BASELINE.select(group)[:1]
+        if not baseline:
+            continue
+        base_rows = group[group["environment"] == baseline[0]]
+        base = _time_like(base_rows, scenario)
+        for environment, cells in group.groupby("environment", sort=False):
+            other = _time_like(cells, scenario)
+            rounds = sorted(set(base.index) & set(other.index))
+            line = {
+                "model": model, "scenario": scenario, "environment": environment, "baseline": baseline[0], "rounds": len(rounds),
+                "agreement": _agreement(cells), "max_abs_diff": pd.to_numeric(cells["max_abs_diff"], errors="coerce").max(),
+            }  # fmt: skip
+            if environment == baseline[0]:
+                lines.append({**line, "speedup": 1.0 if rounds else float("nan"), "verdict": BASELINE_VERDICT, "agreement": 1.0})
+                continue
+            point = float(base[rounds].median() / other[rounds].median()) if rounds else float("nan")
+            if len(rounds) < 2:
+                lines.append({**line, "speedup": point, "verdict": significance.INCONCLUSIVE})
+                continue
+            estimate = significance.ratio_interval([base[rounds].tolist()], [other[rounds].tolist()], over="rounds")
+            disturbed = int((pd.concat([base_rows, cells])["disturbed"].astype(str) == "True").sum())
+            line.update(speedup=1 / estimate.ratio, ci95_low=1 / estimate.high, ci95_high=1 / estimate.low)
+            lines.append({**line, "verdict": significance.verdict(estimate, disturbed=disturbed)})
+    return pd.DataFrame(lines).reindex(columns=list(SPEEDUP_COLUMNS))
+
+
+def compared_cells(run_dir: str | os.PathLike[str]) -> tuple[pd.DataFrame, dict[str, dict[str, Any]]]:
+    """A run's load cells as `compare` reads cells, one line per environment, model and scenario over its rounds: `time_s`
+    the median over its `ok` rounds of a figure where less is better (the latency, or one over the rate), `values` and
+    `samples` those rounds' figures (`values_over` "rounds": a load cell has one figure per round), `disturbed` when a
+    kept round was; and each such environment's environment.json."""
+    lines, infos = [], {}
+    for env_dir in environment_dirs(run_dir):
+        rows = read_results(env_dir)
+        rows = rows[rows["scenario"] != CELL_SCENARIO]
+        if rows.empty:
+            continue
+        infos[env_dir.name] = read_environment(env_dir)
+        for _, cells in rows.groupby(["environment", "model", "scenario"], sort=False):
+            ok = cells[cells["status"] == status.OK]
+            figures = _time_like(ok, str(cells["scenario"].iloc[0])).tolist() if len(ok) else []
+            line = (ok if len(ok) else cells).iloc[-1]
+            lines.append({
+                **{key: line[key] for key in ("environment", "workload", "scenario", "model", "batch_size", "sequence_length", "reason")},
+                "status": status.OK if figures else line["status"], "time_s": float(pd.Series(figures).median()) if figures else float("nan"),
+                "values": figures, "values_over": "rounds", "samples": figures, "disturbed": bool((cells["disturbed"].astype(str) == "True").any()),
+            })  # fmt: skip
+    return pd.DataFrame(lines), infos

@@ -18,11 +18,13 @@ def _no_sync(output: Any) -> None:
 
 
 class StepClock:
-    """The clock read at each token a call of `generate` makes (`tick`, from inside the generation loop)."""
+    """The clock read at each token a call of `generate` makes (`tick`, from inside the generation loop); `on_first`, where
+    set, is called as soon as a call's first token is made (a load scenario reports it to LoadGen)."""
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter, sync: Callable[[Any], None] = _no_sync) -> None:
         self._clock, self._sync = clock, sync
         self.times: list[float] = []
+        self.on_first: Callable[[], None] | None = None
 
     def start(self) -> None:
         """Forget the ticks of the last call."""
@@ -32,6 +34,8 @@ class StepClock:
         """A token is made: read the clock (after the device has finished making it)."""
         self._sync(None)
         self.times.append(self._clock())
+        if len(self.times) == 1 and self.on_first is not None:
+            self.on_first()
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,7 @@ class Generator:
     generate: Callable[[int], Any]  # generate(n): one call that greedily makes n new tokens per row, end of sequence ignored
     new_ids: Callable[[Any], np.ndarray]  # the ids (batch, n) that a call's output holds after the prompt
     clock: StepClock | None = None  # ticked at each token by the generation loop; None where the loop cannot be seen into
+    compiles_per_prompt: bool = False  # a generator for another prompt compiles again from scratch (torch.compile's)
 
 
 def transformers_generator(model: Any, input_ids: Any, sync: Callable[[Any], None] = _no_sync, **options: Any) -> Generator:

@@ -333,7 +333,7 @@ class PyTorchBackend:
             finally:
                 del model.forward
 
-        return Generator(generate, eager.new_ids, eager.clock)
+        return Generator(generate, eager.new_ids, eager.clock, compiles_per_prompt=True)
 
     def reference_tokens(self, built: Built, inputs: Any, new_tokens: int) -> np.ndarray | None:
         return None if built.reference is None else reference_tokens(built.reference, inputs, new_tokens)

@@ -22,7 +22,7 @@ import yaml
 from pydantic import ValidationError
 
 from benchlib.config.catalogue import load_catalogue
-from benchlib.config.params import BenchmarkParams, ParameterError, format_validation_error, problem_field
+from benchlib.config.params import CELL, BenchmarkParams, ParameterError, format_validation_error, problem_field
 from benchlib.machine import gpus
 from benchlib.paths import OUTPUTS_DIR, PARAMETERS_DIR
 from benchlib.store import layout
@@ -49,14 +49,17 @@ class EnvironmentJob:
     @property
     def cell_count(self) -> int:
         p = self.params
-        return len(p.models) * len(p.batch_sizes) * len(p.sequence_lengths)
+        return len(p.models) * len(p.scenario) * len(p.batch_sizes) * len(p.sequence_lengths)
 
     def describe(self) -> str:
         """What this job measures, in one line: backend, device and the grid's size."""
         p = self.params
-        lengths = f"{len(p.sequence_lengths)} sequence lengths"
-        if p.workload == "generate":
-            lengths = f"{len(p.sequence_lengths)} prompt lengths, generating {p.new_tokens} tokens"
+        generating = f", generating {p.new_tokens} tokens" if p.workload == "generate" else ""
+        if p.scenario != [CELL]:
+            lengths = ", ".join(str(n) for n in p.request_lengths or ())
+            shape = f"{len(p.models)} models x {len(p.scenario)} scenarios; requests of {lengths} tokens batched up to {p.max_batch}{generating}"
+            return f"{p.framework}/{p.mode} on {p.device}, {self.cell_count} cells ({shape})"
+        lengths = f"{len(p.sequence_lengths)} prompt lengths{generating}" if generating else f"{len(p.sequence_lengths)} sequence lengths"
         return f"{p.framework}/{p.mode} on {p.device}, {self.cell_count} cells ({len(p.models)} models x {len(p.batch_sizes)} batch sizes x {lengths})"
 
     @property

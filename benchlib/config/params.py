@@ -218,9 +218,10 @@ MODEL_REQUEST_FIELDS: tuple[str, ...] = ("weights", "task", "trust_remote_code",
 
 def load_scenario(values: Any) -> Any:
     """`scenario` as a list (a name alone is a list of one); for load scenarios, `request_lengths` (by default
-    DEFAULT_REQUEST_LENGTHS) become the cells' sequence lengths and `max_batch` their batch size, the requests are text
-    unless `inputs` says otherwise (lengths vary as real traffic's do), and the parameters that only a cell or only
-    generation has are refused, each with one line."""
+    DEFAULT_REQUEST_LENGTHS; when generating, the prompts' lengths) become the cells' sequence lengths and `max_batch`
+    their batch size, the requests are text unless `inputs` says otherwise (lengths vary as real traffic's do), and the
+    parameters that only a cell or only generation has are refused, each with one line, as is a generating server without
+    its token bounds."""
     if not isinstance(values, dict):
         return values
     scenario = values.get("scenario", [CELL])
@@ -240,7 +241,14 @@ def load_scenario(values: Any) -> Any:
     if CELL in scenario:
         raise ValueError("scenario: cell and the load scenarios are measured in grids of their own, not together")
     if generate:
-        raise ValueError("scenario: under load, the kit measures forward passes (workload: forward); generation under load is not measured yet")
+        if values.get("streams", 1) not in (1, None):
+            raise ValueError("streams: a load scenario that generates is served by one stream (one model's generate at a time)")
+        missing = [bound for bound in ("ttft_bound_ms", "tpot_bound_ms") if values.get(bound) is None]
+        if "server" in scenario and missing:
+            raise ValueError(
+                f"{missing[0]}: the server scenario of workload generate is judged by the time to first token and per output token "
+                "at the 99th percentile; give ttft_bound_ms and tpot_bound_ms"
+            )
     lengths = values.get("request_lengths")
     lengths = list(DEFAULT_REQUEST_LENGTHS) if lengths is None else lengths
     positive = [n for n in (lengths if isinstance(lengths, list) else []) if isinstance(n, int) and not isinstance(n, bool) and n >= 1]
@@ -251,9 +259,12 @@ def load_scenario(values: Any) -> Any:
     # The scenario's cell is recorded at its longest request and largest batch (the runner hands both back resolved).
     if values.get("sequence_lengths") is not None and values["sequence_lengths"] != [max(lengths)]:
         raise ValueError("sequence_lengths: a load scenario takes request_lengths (the lengths of its requests), not sequence_lengths")
+    if generate and values.get("prompt_lengths") is not None and values["prompt_lengths"] != [max(lengths)]:
+        raise ValueError("prompt_lengths: a load scenario takes request_lengths (the lengths of its requests' prompts), not prompt_lengths")
     if values.get("batch_sizes") is not None and values["batch_sizes"] != [max_batch]:
         raise ValueError("batch_sizes: a load scenario batches its requests itself, up to max_batch; give max_batch")
-    return {"inputs": "text", **values, "request_lengths": lengths, "sequence_lengths": [max(lengths)], "batch_sizes": [max_batch]}
+    prompts = {"prompt_lengths": [max(lengths)]} if generate else {}  # generation's own validation reads its prompts there
+    return {"inputs": "text", **values, "request_lengths": lengths, "sequence_lengths": [max(lengths)], "batch_sizes": [max_batch], **prompts}
 
 
 class ParameterError(ValueError):

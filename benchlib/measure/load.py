@@ -8,6 +8,13 @@ of `batch_buckets(max_batch)`) before LoadGen starts. The row's figures are Load
 verdict is INVALID for want of what the kit sized (a query too short in Offline, too few queries for early stopping),
 the test is run again with what LoadGen says it needed. For `server`, the search (`scenarios.search`) tries rates,
 each trial a row of its own, and the scenario's row holds the largest VALID rate (`max_qps`).
+
+With `workload: generate`, each request is a prompt from which `new_tokens` tokens are generated greedily; each batch
+gets the backend's generator (`Backend.generator`) and reports its first token to LoadGen from inside the generation loop
+(its step clock), so that LoadGen's time to first token and per output token are of the batch's own tokens. A backend
+whose generation runs as one compiled graph (nothing to report a first token from) or compiles again for each prompt's
+shape is `unsupported` under load. Before LoadGen starts, one full batch at the longest length is compared with eager
+PyTorch float32's (its output, or its generated tokens), as a cell is, and reported in the row.
 """
 
 from __future__ import annotations
@@ -23,10 +30,13 @@ import numpy as np
 
 from benchlib import status
 from benchlib.measure.interference import Interference, InterferenceMeter
-from benchlib.scenarios.loadgen import LoadReport, LoadSettings, early_stopping_queries, run_loadgen
+from benchlib.scenarios.loadgen import TPOT_PERCENTILES, TTFT_PERCENTILES, LoadReport, LoadSettings, early_stopping_queries, run_loadgen
 from benchlib.scenarios.search import search_max_qps
-from benchlib.scenarios.serving import batch_buckets
+from benchlib.scenarios.serving import StreamCall, batch_buckets
+from benchlib.status import Unsupported
 from benchlib.store.layout import loadgen_folder
+from benchlib.workloads import forward, generate
+from benchlib.workloads.agreement import Agreement
 from benchlib.workloads.inputs import cell_inputs
 
 if TYPE_CHECKING:
@@ -50,16 +60,25 @@ def load_samples(spec: ModelSpec, params: BenchmarkParams) -> tuple[list[np.ndar
     return samples, kind
 
 
-def stream_calls(backend: Backend, model: Any, params: BenchmarkParams, samples: list[np.ndarray]) -> list[Callable[[np.ndarray], Any]]:
+def shape_ids(params: BenchmarkParams, samples: list[np.ndarray]) -> list[np.ndarray]:
+    """One batch of ids of each shape the serving loop runs: each request length at each of `batch_buckets(max_batch)`."""
+    first = {len(sample): sample for sample in reversed(samples)}
+    return [np.stack([first[length]] * size) for length in sorted(first) for size in batch_buckets(params.max_batch)]
+
+
+def _no_first_token() -> None:
+    """Nobody waits for this call's first token."""
+
+
+def stream_calls(backend: Backend, model: Any, params: BenchmarkParams, samples: list[np.ndarray]) -> list[StreamCall]:
     """One call per stream that runs a batch of ids (bucket, length) and waits for its output, each prepared now for every
     shape the serving loop runs."""
-    first = {len(sample): sample for sample in reversed(samples)}
-    examples = [backend.as_inputs(np.stack([first[length]] * size)) for length in sorted(first) for size in batch_buckets(params.max_batch)]
+    examples = [backend.as_inputs(ids) for ids in shape_ids(params, samples)]
     calls = []
     for _ in range(params.streams):
         serve = backend.server_call(model, examples)
 
-        def call(ids: np.ndarray, serve: Callable[[Any], Any] = serve) -> Any:
+        def call(ids: np.ndarray, first_token: Callable[[], None] = _no_first_token, serve: Callable[[Any], Any] = serve) -> Any:
             output = serve(backend.as_inputs(ids))
             backend.sync(output)
             return output
@@ -68,12 +87,60 @@ def stream_calls(backend: Backend, model: Any, params: BenchmarkParams, samples:
     return calls
 
 
-def seconds_per_call(call: Callable[[np.ndarray], Any], ids: np.ndarray, calls: int = 3) -> float:
+def generation_calls(backend: Backend, model: Any, params: BenchmarkParams, samples: list[np.ndarray]) -> list[StreamCall]:
+    """The one stream's call that generates `new_tokens` tokens from a batch of prompts with a generator of its own,
+    calling `first_token()` from inside the generation loop at the first token; every shape generated once now.
+    `Unsupported` where the backend's generation cannot report its first token or compiles again for each prompt."""
+    shapes = shape_ids(params, samples)
+    probe = generate.prepare_generator(backend, model, backend.as_inputs(shapes[0]))
+    if probe.clock is None:
+        raise Unsupported(
+            f"{backend.framework} {backend.mode} generates in one compiled graph: no first token can be reported to LoadGen from inside it"
+        )
+    if probe.compiles_per_prompt:
+        raise Unsupported(
+            f"{backend.framework} {backend.mode} compiles generation again for each prompt's shape: under load, batches would compile "
+            "while being timed"
+        )
+
+    def call(ids: np.ndarray, first_token: Callable[[], None] = _no_first_token) -> Any:
+        generator = generate.prepare_generator(backend, model, backend.as_inputs(ids))
+        if generator.clock is not None:  # as the probe's
+            generator.clock.on_first = first_token
+        output = generator.generate(params.new_tokens)
+        backend.sync(output)
+        return output
+
+    for ids in shapes:
+        call(ids)
+    return [call]
+
+
+def agreement_columns(
+    backend: Backend, model: Any, spec: ModelSpec, params: BenchmarkParams, ids: np.ndarray, call: StreamCall
+) -> tuple[Columns, Agreement | None]:  # fmt: skip
+    """One served batch `ids` against eager PyTorch float32's, as a cell's: the row's agreement columns (generated tokens'
+    agreement when generating), and the forward output's `Agreement` that the tolerance is judged by (None otherwise)."""
+    inputs = backend.as_inputs(ids)
+    if params.workload == "generate":
+        generator = generate.prepare_generator(backend, model, inputs)
+        tokens = generator.new_ids(generator.generate(params.new_tokens))
+        compared = generate.compare_tokens(backend, model, inputs, tokens)
+        if compared is None:
+            return {}, None
+        return {"token_agreement": compared[0], "first_divergence": "" if compared[1] is None else compared[1]}, None
+    agreement = forward.compare(backend, model, inputs, call(ids), spec.task)
+    if agreement is None:
+        return {}, None
+    return {"agreement_metric": agreement.metric, "agreement": agreement.value, "max_abs_diff": agreement.max_abs_diff}, agreement
+
+
+def seconds_per_call(call: StreamCall, ids: np.ndarray, calls: int = 3) -> float:
     """The median time of `calls` calls on `ids` (a rough rate for LoadGen's hints and the search's first guess)."""
     times = []
     for _ in range(calls):
         start = time.perf_counter()
-        call(ids)
+        call(ids, _no_first_token)
         times.append(time.perf_counter() - start)
     return float(np.median(times))
 
@@ -83,11 +150,21 @@ def report_columns(report: LoadReport, env_dir: Path) -> Columns:
     latency percentiles, samples per second where LoadGen gives them, and where its logs are (relative to the folder)."""
     figures = report.figures
     samples_per_s = report.figure("Samples per second") or report.figure("Completed samples per second")
+    tokens: Columns = {}
+    if report.tokens:
+        tokens_per_s = report.figure("Tokens per second") or report.figure("Completed tokens per second")
+        tokens = {
+            "tokens_per_s": tokens_per_s if tokens_per_s is not None else "",
+            "ttft_s": report.latency_s("p50", TTFT_PERCENTILES), "ttft_p99_s": report.latency_s("p99", TTFT_PERCENTILES),
+            "tpot_s": report.latency_s("p50", TPOT_PERCENTILES), "tpot_p90_s": report.latency_s("p90", TPOT_PERCENTILES),
+            "tpot_p99_s": report.latency_s("p99", TPOT_PERCENTILES),
+        }  # fmt: skip
+        tokens = {key: "" if value is None else value for key, value in tokens.items()}
     return {
         "valid": report.valid, "loadgen_metric": report.result_figure, "loadgen_value": figures.get(report.result_figure, ""),
         "samples_per_s": samples_per_s if samples_per_s is not None else "",
         **{f"latency_{p}_s": report.latency_s(p) for p in ("p50", "p90", "p99")},
-        "loadgen_log": str(report.folder.relative_to(env_dir)),
+        "loadgen_log": str(report.folder.relative_to(env_dir)), **tokens,
     }  # fmt: skip
 
 
@@ -120,10 +197,13 @@ class ScenarioRun:
     def __init__(self, backend: Backend, model: Any, spec: ModelSpec, params: BenchmarkParams, env_dir: Path, meter: InterferenceMeter | None) -> None:
         self.params, self.env_dir, self.meter, self.spec = params, env_dir, meter, spec
         self.samples, self.inputs_kind = load_samples(spec, params)
-        self.calls = stream_calls(backend, model, params, self.samples)
+        self.generating = params.workload == "generate"
+        self.calls = (generation_calls if self.generating else stream_calls)(backend, model, params, self.samples)
         longest = max(self.samples, key=len)
+        full = np.stack([longest] * params.max_batch)
+        self.agreement, self.compared = agreement_columns(backend, model, spec, params, full, self.calls[0])
         self.single_s = seconds_per_call(self.calls[0], longest[None, :])
-        self.batch_s = seconds_per_call(self.calls[0], np.stack([longest] * params.max_batch))
+        self.batch_s = seconds_per_call(self.calls[0], full)
 
     @property
     def throughput_guess(self) -> float:
@@ -155,10 +235,19 @@ class ScenarioRun:
     def settings(self, scenario: str, **changes: Any) -> LoadSettings:
         p = self.params
         expected = self.throughput_guess if scenario == "offline" else 1 / self.single_s
+        seconds = {name: None if ms is None else ms / 1000 for name, ms in (("ttft_bound_s", p.ttft_bound_ms), ("tpot_bound_s", p.tpot_bound_ms))}
         return LoadSettings(
             scenario=scenario, min_duration_s=p.min_duration_s, min_query_count=p.min_query_count, expected_qps=expected,
-            samples_per_query=p.samples_per_query, latency_bound_s=p.latency_bound_ms / 1000, **changes,
+            samples_per_query=p.samples_per_query, latency_bound_s=p.latency_bound_ms / 1000,
+            new_tokens=p.new_tokens if self.generating else None, **seconds, **changes,
         )  # fmt: skip
+
+    def bounds(self) -> str:
+        """The server's bounds, in words."""
+        p = self.params
+        if self.generating:
+            return f"the bounds of {p.ttft_bound_ms:g} ms on the time to first token and {p.tpot_bound_ms:g} ms per output token"
+        return f"the latency bound of {p.latency_bound_ms:g} ms"
 
 
 def measure_scenario(
@@ -168,7 +257,7 @@ def measure_scenario(
     numbered from `first_trial` (after the trials a stopped run left of this cell)."""
     if scenario != "server":
         report, interference = run.test(run.settings(scenario), run.folder(scenario, attempt))
-        return status.OK, invalid_reason(report), {**report_columns(report, run.env_dir), "inputs": run.inputs_kind}, interference
+        return status.OK, invalid_reason(report), {**report_columns(report, run.env_dir), "inputs": run.inputs_kind, **run.agreement}, interference
     trials: dict[float, tuple[LoadReport, Interference | None]] = {}
     numbers = itertools.count(first_trial)
 
@@ -184,13 +273,13 @@ def measure_scenario(
         return report.valid
 
     search = search_max_qps(valid_at, max(run.throughput_guess / 2, 1e-3), run.params.max_trials)
-    columns: Columns = {"trial": "", "target_qps": "", "max_qps": search.max_qps if search.max_qps is not None else "", "inputs": run.inputs_kind}
+    columns: Columns = {"trial": "", "target_qps": "", "max_qps": search.max_qps if search.max_qps is not None else "", "inputs": run.inputs_kind, **run.agreement}
     if search.max_qps is None:
         report, interference = trials[min(trials)]
-        reason = f"no rate tried met the latency bound of {run.params.latency_bound_ms:g} ms at the 99th percentile (the lowest: {min(trials):.4g}/s)"
+        reason = f"no rate tried met {run.bounds()} at the 99th percentile (the lowest: {min(trials):.4g}/s)"
         return status.OK, reason, {**report_columns(report, run.env_dir), **columns, "valid": False}, interference
     report, interference = trials[search.max_qps]
-    reason = "" if search.above is not None else f"every rate tried met the bound (max_trials {run.params.max_trials}): max_qps is a lower bound"
+    reason = "" if search.above is not None else f"every rate tried met {run.bounds()} (max_trials {run.params.max_trials}): max_qps is a lower bound"
     return status.OK, reason, {**report_columns(report, run.env_dir), **columns, "target_qps": search.max_qps}, interference
 
 

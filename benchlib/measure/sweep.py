@@ -122,7 +122,8 @@ def measure_load_cell(
     env_dir: Path, meter: InterferenceMeter | None, attempt: int, emit_trial: Callable[[dict[str, Any]], None], first_trial: int = 1,
 ) -> tuple[str, None, str, dict[str, Any]]:  # fmt: skip
     """One model under one load scenario (`measure.load`): (status, None, reason, the row's columns). The streams' calls
-    are prepared at the model's first scenario and kept in `serving` for its others (a failure to prepare them too)."""
+    are prepared at the model's first scenario and kept in `serving` for its others (a failure to prepare them too). A
+    served output beyond the precision's tolerance makes the cell an `error`, as a cell's does."""
     try:
         if "run" not in serving and "failure" not in serving:
             start = time.perf_counter()
@@ -131,7 +132,10 @@ def measure_load_cell(
             serving["prepare_s"] = time.perf_counter() - start
         if "failure" in serving:
             return serving["failure"]
-        state, reason, columns, interference = measure_scenario(serving["run"], scenario, attempt, emit_trial, first_trial)
+        run = serving["run"]
+        state, reason, columns, interference = measure_scenario(run, scenario, attempt, emit_trial, first_trial)
+        if run.compared is not None and (judged := within_tolerance(run.compared, params.precision))[0] != status.OK:
+            state, reason = judged  # served fast and wrong: not a result, as a cell's
     except Exception as exc:  # this cell fails, and the model's other scenarios if it failed preparing
         raise_if_interrupted(exc)
         ended = (*failure(exc, params), {})

@@ -8,6 +8,13 @@ duration and query count, the server's target rate and latency bound (at the 99t
 queries' samples in MultiStream, and the expected rate or latency that LoadGen sizes its queries by. A result is VALID
 when LoadGen says so: the minimum duration and query count are met, early stopping is satisfied (at the 99th percentile
 that takes several hundred queries) and, for the server, the latency bound holds.
+
+When generating (`LoadSettings.new_tokens`), LoadGen measures token latencies (`use_token_latencies`): each batch's first
+token is reported with `FirstTokenComplete` from inside the generation loop and its completion with the number of tokens
+made, and LoadGen prints percentiles of the time to first token and of the time per output token (the rest of a
+request's latency over its tokens after the first). A server result is then judged by both at the 99th percentile
+(`ttft_bound_s`, `tpot_bound_s`) and not by the whole request's latency, and the server and Offline are judged by tokens
+per second.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchlib.scenarios.serving import Request, ServingLoop
+from benchlib.scenarios.serving import Request, ServingLoop, StreamCall
 from benchlib.store.layout import LOADGEN_DETAIL as DETAIL_FILE
 from benchlib.store.layout import LOADGEN_SUMMARY as SUMMARY_FILE
 
@@ -34,7 +41,11 @@ RESULT_FIGURE: dict[str, str] = {
     "single-stream": "90.0th percentile latency (ns)", "multi-stream": "99.0th percentile latency (ns)",
     "server": "Completed samples per second", "offline": "Samples per second",
 }  # fmt: skip
+# When generating: the server and Offline are judged by tokens per second (the others as above).
+TOKEN_RESULT_FIGURE: dict[str, str] = {"server": "Completed tokens per second", "offline": "Tokens per second"}
 PERCENTILES: dict[str, str] = {"p50": "50.00 percentile latency (ns)", "p90": "90.00 percentile latency (ns)", "p99": "99.00 percentile latency (ns)"}
+TTFT_PERCENTILES: dict[str, str] = {p: f"{p[1:]}.00 percentile first token latency (ns)" for p in ("p50", "p90", "p99")}
+TPOT_PERCENTILES: dict[str, str] = {p: f"{p[1:]}.00 percentile time to output token (ns)" for p in ("p50", "p90", "p99")}
 NS = 1e-9
 
 
@@ -49,6 +60,9 @@ class LoadSettings:
     samples_per_query: int = 1  # MultiStream's samples per query
     target_qps: float | None = None  # Server: the Poisson arrival rate
     latency_bound_s: float | None = None  # Server: the bound at the 99th percentile
+    new_tokens: int | None = None  # generating: the tokens each request makes (LoadGen's token latencies on); None: forward
+    ttft_bound_s: float | None = None  # Server, generating: the bound on the time to first token at the 99th percentile
+    tpot_bound_s: float | None = None  # Server, generating: the bound on the time per output token at the 99th percentile
 
 
 @dataclass(frozen=True)
@@ -59,6 +73,7 @@ class LoadReport:
     valid: bool
     figures: dict[str, str]
     folder: Path
+    tokens: bool = False  # generating: LoadGen measured token latencies
 
     def figure(self, name: str) -> float | None:
         """The summary's number `name` ("Samples per second"), or None where it does not print it."""
@@ -70,12 +85,13 @@ class LoadReport:
 
     @property
     def result_figure(self) -> str:
-        """The name of the figure this scenario is judged by (RESULT_FIGURE)."""
-        return RESULT_FIGURE[self.scenario]
+        """The name of the figure this scenario is judged by (RESULT_FIGURE; TOKEN_RESULT_FIGURE when generating)."""
+        return (TOKEN_RESULT_FIGURE if self.tokens else {}).get(self.scenario, RESULT_FIGURE[self.scenario])
 
-    def latency_s(self, percentile: str) -> float | None:
-        """A latency percentile of PERCENTILES ("p99") in seconds (per query in MultiStream, per sample otherwise)."""
-        value = self.figure(PERCENTILES[percentile])
+    def latency_s(self, percentile: str, of: dict[str, str] = PERCENTILES) -> float | None:
+        """A percentile ("p99") of `of` in seconds: the latency (per query in MultiStream, per sample otherwise), or the
+        time to first token (TTFT_PERCENTILES) or per output token (TPOT_PERCENTILES); None where LoadGen does not print it."""
+        value = self.figure(of[percentile])
         return value * NS if value is not None else None
 
 
@@ -110,8 +126,14 @@ def test_settings(settings: LoadSettings) -> object:
             raise ValueError("a server test needs a target rate and a latency bound")
         test.server_target_qps = settings.target_qps
         test.server_target_latency_ns = max(1, round(settings.latency_bound_s * 1e9))
+        if settings.new_tokens is not None:
+            if settings.ttft_bound_s is None or settings.tpot_bound_s is None:
+                raise ValueError("a server test that generates needs bounds on the time to first token and per output token")
+            test.ttft_latency = max(1, round(settings.ttft_bound_s * 1e9))
+            test.tpot_latency = max(1, round(settings.tpot_bound_s * 1e9))
     else:
         test.offline_expected_qps = settings.expected_qps
+    test.use_token_latencies = settings.new_tokens is not None
     return test
 
 
@@ -125,16 +147,23 @@ def _constructed(construct: Callable[..., object], destroy: Callable[[object], N
 
 
 def run_loadgen(
-    settings: LoadSettings, samples: Sequence[np.ndarray], calls: Sequence[Callable[[np.ndarray], object]], max_batch: int,
-    batch_timeout_s: float, folder: Path,
+    settings: LoadSettings, samples: Sequence[np.ndarray], calls: Sequence[StreamCall], max_batch: int, batch_timeout_s: float,
+    folder: Path,
 ) -> LoadReport:  # fmt: skip
     """One LoadGen test of `settings` against a serving loop of `calls` (one per stream): LoadGen's queries are rows of
-    `samples` (its query sample library), batched by the loop; each finished batch is reported back to LoadGen. LoadGen's
-    summary and detail logs are kept in `folder` (created). A worker's failure is raised once LoadGen has finished."""
+    `samples` (its query sample library), batched by the loop; each finished batch is reported back to LoadGen (when
+    generating, its first token too, and the tokens each request made). LoadGen's summary and detail logs are kept in
+    `folder` (created). A worker's failure is raised once LoadGen has finished."""
     import mlperf_loadgen as lg
 
+    tokens = () if settings.new_tokens is None else (settings.new_tokens,)  # the responses' token count, when generating
+
     def complete(batch: list[Request], output: object) -> None:
-        lg.QuerySamplesComplete([lg.QuerySampleResponse(request.id, 0, 0) for request in batch])
+        lg.QuerySamplesComplete([lg.QuerySampleResponse(request.id, 0, 0, *tokens) for request in batch])
+
+    def first_token(batch: list[Request]) -> None:
+        if tokens:
+            lg.FirstTokenComplete([lg.QuerySampleResponse(request.id, 0, 0) for request in batch])
 
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="loadgen-") as scratch:
@@ -142,7 +171,7 @@ def run_loadgen(
         output.outdir, output.copy_summary_to_stdout = scratch, False
         log = lg.LogSettings()
         log.log_output, log.enable_trace = output, False
-        with ServingLoop(calls, max_batch, batch_timeout_s, complete) as loop:
+        with ServingLoop(calls, max_batch, batch_timeout_s, complete, first_token) as loop:
 
             def issue(query_samples: Sequence[object]) -> None:
                 loop.submit(Request(sample.id, samples[sample.index]) for sample in query_samples)
@@ -153,7 +182,7 @@ def run_loadgen(
         for name in KEPT_FILES:
             shutil.copyfile(Path(scratch) / name, folder / name)
     figures = parse_summary((folder / SUMMARY_FILE).read_text(encoding="utf-8"))
-    return LoadReport(settings.scenario, figures.get("Result is") == "VALID", figures, folder)
+    return LoadReport(settings.scenario, figures.get("Result is") == "VALID", figures, folder, tokens=bool(tokens))
 
 
 def early_stopping_queries(report: LoadReport) -> int | None:

@@ -5,7 +5,9 @@ arrive within `batch_timeout_s` (as Triton's dynamic batcher does with fixed sha
 without padding, so a request's output does not depend on its batch. The batch is run at the smallest batch size of
 `batch_buckets(max_batch)` that holds it, the spare rows copies of its first request (rows are independent), so that a
 backend that traces or compiles per shape sees a few shapes only. Each worker has its own call (a session's run, an
-infer request, a model call: `Backend.server_call`), and calls `complete(batch, output)` when its batch is done.
+infer request, a model call: `Backend.server_call`; a generator's call when generating), called as `call(ids, first_token)`:
+a call that generates calls `first_token()` when the batch's first token is made, which the loop hands to
+`first_token(batch)` where one is given. The worker calls `complete(batch, output)` when its batch is done.
 """
 
 from __future__ import annotations
@@ -47,16 +49,24 @@ def batch_ids(batch: Sequence[Request], max_batch: int) -> np.ndarray:
     return np.stack(rows)
 
 
+# A stream's call: a batch's ids (bucket, length) and what to call when its first token is made; returns the output.
+StreamCall = Callable[[np.ndarray, Callable[[], None]], Any]
+
+
+def _no_first_token(batch: list[Request]) -> None:
+    """A forward pass makes no tokens."""
+
+
 class ServingLoop:
     """A queue of requests served by one worker thread per call in `calls` (see the module's docstring)."""
 
     def __init__(
-        self, calls: Sequence[Callable[[np.ndarray], Any]], max_batch: int, batch_timeout_s: float,
-        complete: Callable[[list[Request], Any], None],
+        self, calls: Sequence[StreamCall], max_batch: int, batch_timeout_s: float, complete: Callable[[list[Request], Any], None],
+        first_token: Callable[[list[Request]], None] = _no_first_token,
     ) -> None:  # fmt: skip
         if max_batch < 1 or batch_timeout_s < 0 or not calls:
             raise ValueError("a serving loop needs a call, max_batch of 1 or more and a batch timeout of 0 or more")
-        self.max_batch, self.batch_timeout_s, self._complete = max_batch, batch_timeout_s, complete
+        self.max_batch, self.batch_timeout_s, self._complete, self._first_token = max_batch, batch_timeout_s, complete, first_token
         self._waiting: dict[int, deque[Request]] = {}  # by length, each in arrival order
         self._arrivals = count()
         self._changed = threading.Condition()
@@ -111,14 +121,14 @@ class ServingLoop:
                 self._changed.wait(left)
             return batch
 
-    def _serve(self, call: Callable[[np.ndarray], Any]) -> None:
+    def _serve(self, call: StreamCall) -> None:
         """Run batches until closed. After a failure, batches are completed without being run (output None), so that
         whoever waits for every request (LoadGen) is not left waiting; `close` raises the failure."""
         while (batch := self._take()) is not None:
             output = None
             if self.failure is None:
                 try:
-                    output = call(batch_ids(batch, self.max_batch))
+                    output = call(batch_ids(batch, self.max_batch), lambda batch=batch: self._first_token(batch))
                 except BaseException as exc:  # noqa: BLE001  # raised by `close`, in the caller's thread
                     self.failure = self.failure or exc
             self._complete(batch, output)

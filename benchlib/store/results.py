@@ -30,7 +30,7 @@ COLUMNS: tuple[str, ...] = (
     "workload", "new_tokens", "generate_s", "ttft_s", "ttft_samples_s", "tpot_s", "tpot_p90_s", "tpot_samples_s",
     "tokens_per_s", "token_agreement", "first_divergence", "token_clock",
     "scenario", "trial", "target_qps", "max_qps", "valid", "samples_per_s", "latency_p50_s", "latency_p90_s", "latency_p99_s",
-    "loadgen_metric", "loadgen_value", "loadgen_log",
+    "loadgen_metric", "loadgen_value", "loadgen_log", "ttft_p99_s", "tpot_p99_s",
 )  # fmt: skip
 # Columns that hold a JSON list of seconds per sample, read back as lists.
 SAMPLE_COLUMNS: tuple[str, ...] = ("samples_s", "ttft_samples_s", "tpot_samples_s")
@@ -272,13 +272,14 @@ class ReceivedRows:
         return len({key[:cell] for key in self._keys if key[round_at] == str(round_number) and not key[trial_at]})
 
 
-def rows_written(output_dir: Path, round_number: int | None = None) -> int:
-    """Number of rows in `<output_dir>/results.csv` (of round `round_number` only, when given; 0 when there is none yet)."""
+def rows_written(output_dir: Path, round_number: int | None = None, trials: bool = False) -> int:
+    """Number of cells' rows in `<output_dir>/results.csv` (of round `round_number` only, when given; 0 when there is none
+    yet): a server scenario's trials are not cells, and count only with `trials`."""
     try:
         records, _ = split_records(read_exactly(results_path(output_dir)))
     except OSError:
         return 0
-    rows = [row for record in records if (row := record_row(record))]
+    rows = [row for record in records if (row := record_row(record)) and (trials or not row["trial"])]
     return len(rows) if round_number is None else sum(1 for row in rows if (row["round"] or "1") == str(round_number))
 
 

@@ -6,14 +6,21 @@ from __future__ import annotations
 import math
 
 import pandas as pd
+import pytest
 
 from benchlib.analysis import load as under_load
 
 
+KINDS = {"cpu-pytorch": ("pytorch", "eager"), "cpu-onnxruntime": ("onnxruntime", "session")}
+
+
 def load_row(environment: str, scenario: str, round_number: int = 1, valid: bool = True, **figures: object) -> dict:
+    framework, mode = KINDS[environment]
     return {
-        "environment": environment, "model": "bert", "scenario": scenario, "round": round_number, "status": "ok", "valid": valid,
-        "loadgen_value": "", "max_qps": "", "samples_per_s": "", **figures,
+        "environment": environment, "framework": framework, "mode": mode, "precision": "float32", "options": None, "model": "bert",
+        "scenario": scenario, "round": round_number, "status": "ok", "valid": valid, "workload": "forward", "disturbed": False,
+        "loadgen_value": "", "max_qps": "", "samples_per_s": "", "agreement": "" if framework == "pytorch" else 0.9999,
+        "max_abs_diff": "" if framework == "pytorch" else 2e-6, "token_agreement": "", **figures,
     }  # fmt: skip
 
 
@@ -42,3 +49,30 @@ def test_the_fastest_per_scenario_and_where_the_ranking_under_load_differs() -> 
     ]
     alone = under_load.scenario_table(ROWS[ROWS["environment"] == "cpu-pytorch"])
     assert under_load.fastest_per_scenario(alone).empty  # one environment: no fastest to name
+
+
+def test_speed_ups_per_scenario_over_eager_pytorch_with_an_interval_over_rounds() -> None:
+    rows = pd.DataFrame([
+        *(load_row("cpu-pytorch", "server", r, max_qps=q) for r, q in ((1, 40.0), (2, 41.0), (3, 39.0))),
+        *(load_row("cpu-onnxruntime", "server", r, max_qps=q) for r, q in ((1, 55.0), (2, 56.0), (3, 54.0))),
+        load_row("cpu-pytorch", "single-stream", loadgen_value="8000000"), load_row("cpu-onnxruntime", "single-stream", loadgen_value="6000000"),
+    ])  # fmt: skip
+    table = under_load.scenario_speedups(rows).set_index(["scenario", "environment"])
+    server = table.loc[("server", "cpu-onnxruntime")]
+    assert server["speedup"] == pytest.approx(55.0 / 40.0) and server["rounds"] == 3 and server["verdict"] == "faster"
+    assert 1 < server["ci95_low"] <= server["speedup"] <= server["ci95_high"]
+    assert server["agreement"] == 0.9999 and server["max_abs_diff"] == 2e-6
+    assert table.loc[("server", "cpu-pytorch"), "verdict"] == "baseline" and table.loc[("server", "cpu-pytorch"), "speedup"] == 1.0
+    single = table.loc[("single-stream", "cpu-onnxruntime")]  # a latency: the baseline's over the environment's; one round
+    assert single["speedup"] == pytest.approx(8.0 / 6.0) and single["verdict"] == "inconclusive" and math.isnan(single["ci95_low"])
+    assert under_load.scenario_speedups(rows[rows["environment"] != "cpu-pytorch"]).empty  # no baseline, no speed-ups
+
+
+def test_generation_under_load_adds_tokens_per_second_and_token_latencies() -> None:
+    rows = pd.DataFrame([
+        load_row("cpu-pytorch", "server", max_qps=20.0, workload="generate", tokens_per_s=600.0, ttft_p99_s=0.25, tpot_p99_s=0.02),
+        load_row("cpu-pytorch", "offline", samples_per_s=30.0, workload="generate", tokens_per_s=960.0),
+    ])  # fmt: skip
+    line = under_load.scenario_table(rows).iloc[0]
+    assert (line["server_tokens_per_s"], line["server_ttft_p99_ms"], line["server_tpot_p99_ms"], line["offline_tokens_per_s"]) == (600.0, 250.0, 20.0, 960.0)
+    assert "server_tokens_per_s" not in under_load.scenario_table(ROWS)  # forward passes have no tokens

@@ -56,6 +56,15 @@ LOAD_CASES = {
     "no queries": ({"min_query_count": 0}, "min_query_count: Input should be greater than or equal to 1"),
     "no trials": ({"max_trials": 0}, "max_trials: Input should be greater than or equal to 1"),
     "no samples per query": ({"samples_per_query": 0}, "samples_per_query: Input should be greater than or equal to 1"),
+    "prompt lengths under load": (
+        {"workload": "generate", "models": ["distilgpt2"], "prompt_lengths": [8], "scenario": "offline"},
+        "prompt_lengths: a load scenario takes request_lengths (the lengths of its requests' prompts), not prompt_lengths",
+    ),
+    "streams when generating under load": (
+        {"workload": "generate", "models": ["distilgpt2"], "streams": 2, "scenario": "offline"},
+        "streams: a load scenario that generates is served by one stream",
+    ),
+    "a token bound of 0": ({"workload": "generate", "models": ["distilgpt2"], "ttft_bound_ms": 0, "tpot_bound_ms": 5}, "ttft_bound_ms: Input should be greater than 0"),
 }
 
 
@@ -69,6 +78,19 @@ def test_bad_value_in_a_params_file(grid: str, case: str, tmp_path: Path, capsys
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and message in lines[0] and lines[0].startswith("cpu-pytorch: ") and str(bad) in lines[0], lines
     assert not out.exists()  # nothing started
+
+
+def test_a_generating_server_without_both_token_bounds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The bound that is missing is named (no file gave it), before anything starts."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"workload": "generate", "models": ["distilgpt2"], "ttft_bound_ms": 100}))
+    out = tmp_path / "run"
+    assert main(["run", "--grid", "load-smoke", "--environments", "cpu-pytorch", "--params", str(bad), "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "cpu-pytorch: tpot_bound_ms: the server scenario of workload generate is judged by the time to first token and per output "
+        "token at the 99th percentile; give ttft_bound_ms and tpot_bound_ms"
+    ]
+    assert not out.exists()
 
 
 def test_unreadable_yaml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

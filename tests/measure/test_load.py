@@ -13,14 +13,17 @@ import pytest
 
 from benchlib import read_results, run_environment
 from benchlib.backends import load_backend
+from benchlib.analysis.compare import compare_runs
 from benchlib.backends.pytorch import as_array
+from benchlib.config.jobs import EnvironmentJob
 from benchlib.config.params import validate_params
 from benchlib.measure import sweep
-from benchlib.measure.load import load_samples
+from benchlib.measure.load import agreement_columns, load_samples
 from benchlib.report.render import render_summary
-from benchlib.scenarios.loadgen import PERCENTILES, parse_summary
+from benchlib.scenarios.loadgen import PERCENTILES, TPOT_PERCENTILES, TTFT_PERCENTILES, parse_summary
 from benchlib.scenarios.serving import Request, ServingLoop
 from benchlib.store.layout import LOADGEN_DETAIL, LOADGEN_SUMMARY
+from benchlib.store.results import rows_written
 from benchlib.workloads.agreement import agreement
 from benchlib.workloads.inputs import NO_TOKENIZER
 from tests.kernels import kill_mid_cell, running
@@ -71,6 +74,7 @@ def test_the_server_row_is_the_largest_valid_rate_and_the_next_trial_above_it_is
     valid = trials["valid"].astype(str) == "True"
     max_qps = float(server["max_qps"])
     assert max_qps == trials.loc[valid, "target_qps"].max() and float(server["target_qps"]) == max_qps
+    assert rows_written(load_run) == len(SCENARIOS) and rows_written(load_run, trials=True) == len(SCENARIOS) + len(trials)  # a trial is no cell
     above = trials.loc[~valid & (trials["target_qps"] > max_qps), "target_qps"]
     assert len(above) and not (valid & (trials["target_qps"] > above.min())).any()  # VALID at max_qps, INVALID at the bracket above
     at_max = trials[valid & (trials["target_qps"] == max_qps)].iloc[-1]
@@ -107,12 +111,20 @@ def test_a_requests_output_in_a_batch_equals_its_output_alone(framework: str, mo
                 for i, request in enumerate(batch):
                     into[request.id] = rows[i]
 
-            with ServingLoop([lambda ids: serve(backend.as_inputs(ids))], max_batch, 0.05, complete) as loop:
+            with ServingLoop([lambda ids, first_token: serve(backend.as_inputs(ids))], max_batch, 0.05, complete) as loop:
                 loop.submit(Request(i, sample) for i, sample in enumerate(samples))
     assert sorted(outputs[1]) == sorted(outputs[4]) == list(range(len(samples)))
     for i in outputs[1]:
         compared = agreement("feature-extraction", outputs[4][i][None], outputs[1][i][None])
         assert compared.value >= 0.999 and compared.max_abs_diff <= 1e-4, (i, compared)
+    # What the row reports: a full batch served, against eager PyTorch float32's (eager PyTorch is that reference).
+    full = np.stack([samples[-1]] * 4)
+    with backend.inference_context():
+        columns, compared = agreement_columns(backend, model, spec, params, full, lambda ids, first_token=None: serve(backend.as_inputs(ids)))
+    if framework == "pytorch":
+        assert (columns, compared) == ({}, None)
+    else:
+        assert columns["agreement_metric"] == compared.metric and columns["agreement"] >= 0.999 and columns["max_abs_diff"] <= 1e-4, columns
 
 
 def test_without_loadgen_the_scenario_cells_are_unsupported_with_the_pip_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -166,3 +178,89 @@ def test_the_summary_of_a_run_under_load_has_the_under_load_section(load_run: Pa
     assert list(table["environment"]) == ["cpu-pytorch"] and table.loc[0, "server_max_qps"] == pytest.approx(float(server["max_qps"]))
     assert table.loc[0, "single_stream_p90_ms"] == pytest.approx(float(read_results(load_run).set_index("scenario").loc["single-stream", "loadgen_value"]) * 1e-6)
     assert (run / "figures" / "server_trials.png").stat().st_size > 0
+    speedups = pd.read_csv(run / "tables" / "under_load_speedups.csv")  # one environment: the baseline's own rows
+    assert sorted(speedups["scenario"]) == sorted(SCENARIOS) and set(speedups["verdict"]) == {"baseline"}
+
+
+def generate_params(tmp_path: Path, environment: str, framework: str, mode: str, **overrides: object) -> dict:
+    """Generation under load on the tiny distilgpt2: prompts of 8 and 16 tokens, 4 tokens each, bounds a tiny model meets."""
+    values = load_params(
+        tmp_path, environment=environment, framework=framework, mode=mode, models=["distilgpt2"], workload="generate", new_tokens=4,
+        scenario=["server", "offline"], ttft_bound_ms=500, tpot_bound_ms=100, max_trials=2, output_dir=str(tmp_path / environment),
+    )  # fmt: skip
+    return {**values, **overrides}
+
+
+@pytest.mark.e2e
+def test_generation_under_load_reports_loadgens_first_token_and_per_token_percentiles(tmp_path: Path) -> None:
+    """Each batch's first token is reported to LoadGen from inside transformers' generation loop: the rows' time to first token
+    and per output token are LoadGen's percentiles, the server judged by both bounds and the figures in tokens per second."""
+    rows = run_environment(generate_params(tmp_path, "cpu-pytorch", "pytorch", "eager"), progress=False).set_index("scenario")
+    assert set(rows["status"]) == {"ok"}, rows["reason"].tolist()
+    assert rows.loc["server", "loadgen_metric"] == "Completed tokens per second" and rows.loc["offline", "loadgen_metric"] == "Tokens per second"
+    trials = read_results(tmp_path / "cpu-pytorch", trials=True)
+    for _, row in [*rows.reset_index().iterrows(), *trials.iterrows()]:
+        summary = parse_summary((tmp_path / "cpu-pytorch" / row["loadgen_log"] / LOADGEN_SUMMARY).read_text(encoding="utf-8"))
+        assert float(row["tokens_per_s"]) == pytest.approx(float(summary[row["loadgen_metric"]])) and float(row["tokens_per_s"]) > 0
+        assert bool(row["valid"]) == (summary["Result is"] == "VALID")
+        if row["scenario"] == "server":  # Offline has no first token of its own: every request is there at once
+            ttft, tpot = (float(row[f"ttft_{p}"]) for p in ("s", "p99_s")), (float(row[f"tpot_{p}"]) for p in ("s", "p90_s", "p99_s"))
+            assert list(ttft) == pytest.approx([float(summary[TTFT_PERCENTILES[p]]) * 1e-9 for p in ("p50", "p99")])
+            assert list(tpot) == pytest.approx([float(summary[TPOT_PERCENTILES[p]]) * 1e-9 for p in ("p50", "p90", "p99")])
+            assert 0 < float(row["ttft_s"]) < float(row["latency_p50_s"])  # the first token comes before the request's end
+            limits = (summary["Result is"] == "VALID") == (float(row["ttft_p99_s"]) <= 0.5 and float(row["tpot_p99_s"]) <= 0.1)
+            assert limits or summary.get("Early stopping satisfied") == "NO"
+    assert float(rows.loc["server", "max_qps"]) == trials.loc[trials["valid"].astype(str) == "True", "target_qps"].max()
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    ("environment", "framework", "mode", "outcome"),
+    [
+        ("cpu-onnxruntime", "onnxruntime", "session", "ok"),
+        ("cpu-torch-compile", "pytorch", "compile", "pytorch compile compiles generation again for each prompt's shape"),
+    ],
+)  # fmt: skip
+def test_generation_under_load_in_other_backends(environment: str, framework: str, mode: str, outcome: str, tmp_path: Path) -> None:
+    """ONNX Runtime's generation loop is transformers' (its first token is seen), and its tokens agree with eager PyTorch's;
+    torch.compile's generation, which would compile again for each batch's shape while timed, is `unsupported`."""
+    rows = run_environment(generate_params(tmp_path, environment, framework, mode, scenario="offline"), progress=False)
+    row = rows.iloc[0]
+    if outcome == "ok":
+        assert row["status"] == "ok" and float(row["token_agreement"]) == 1.0 and float(row["tokens_per_s"]) > 0, row["reason"]
+    else:
+        assert row["status"] == "unsupported" and row["reason"].startswith(outcome), row["reason"]
+
+
+@pytest.mark.e2e
+def test_tensorflows_generation_under_load_is_unsupported_it_gives_no_first_token(run_cli, tmp_path: Path) -> None:
+    """TensorFlow generates in one compiled graph (in its own kernel, as TensorFlow always runs here): nothing inside it can
+    report a first token to LoadGen."""
+    generating = tmp_path / "generate.yaml"
+    generating.write_text("workload: generate\nnew_tokens: 4\nscenario: offline\n", encoding="utf-8")
+    completed = run_cli(
+        "run", "--grid", "load-smoke", "--models", "distilgpt2", "--environments", "cpu-tensorflow", "--params", str(generating),
+        "--out", str(tmp_path / "run"), "--no-summary", "--no-limits", "--quiet",
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    row = read_results(tmp_path / "run" / "cpu-tensorflow").iloc[0]
+    assert row["status"] == "unsupported" and row["scenario"] == "offline"
+    assert row["reason"] == "tensorflow function generates in one compiled graph: no first token can be reported to LoadGen from inside it"
+
+
+@pytest.mark.e2e
+def test_compare_keys_a_load_cell_by_its_scenario(load_run: Path, tmp_path: Path) -> None:
+    """`compare` reads a run of load scenarios only: one cell per model and scenario, its time the scenario's figure where
+    less is better (one over the server's largest rate), never matched with another scenario's cell of the same shape."""
+    a, b = (shutil.copytree(load_run.parent, tmp_path / name) for name in ("a", "b"))
+    cells = compare_runs(a, b).cells.set_index("scenario")
+    assert sorted(cells.index) == sorted(SCENARIOS) and set(cells["status_a"]) == {"ok"}
+    assert set(cells["verdict"]) == {"no change"} and (cells["change"] == 0).all()  # one round each: nothing to judge a change by
+    server = read_results(load_run).set_index("scenario").loc["server"]
+    assert cells.loc["server", "median_a_s"] == pytest.approx(1 / float(server["max_qps"]))
+
+
+def test_a_load_jobs_line_counts_its_scenarios(tmp_path: Path) -> None:
+    job = EnvironmentJob("cpu-pytorch", validate_params(load_params(tmp_path)), ())
+    assert job.cell_count == len(SCENARIOS)
+    assert job.describe() == "pytorch/eager on cpu, 4 cells (1 models x 4 scenarios; requests of 8, 16 tokens batched up to 4)"

@@ -23,7 +23,7 @@ def serve(requests: list[Request], max_batch: int, timeout_s: float, streams: in
     returns the batches (request ids) completed and the shapes run."""
     done, shapes, lock = [], [], threading.Lock()
 
-    def call(ids: np.ndarray) -> np.ndarray:
+    def call(ids: np.ndarray, first_token: object) -> np.ndarray:
         with lock:
             shapes.append(ids.shape)
         if fail_on is not None and fail_on in ids:
@@ -56,7 +56,7 @@ def test_a_batch_waits_up_to_its_timeout_for_more_requests_of_its_length() -> No
         with lock:
             done.append([request.id for request in batch])
 
-    with ServingLoop([lambda ids: ids], 4, 2.0, complete) as loop:
+    with ServingLoop([lambda ids, first_token: ids], 4, 2.0, complete) as loop:
         loop.submit([Request(0, np.zeros(8, dtype=np.int64))])
         loop.submit([Request(1, np.zeros(8, dtype=np.int64)), Request(2, np.zeros(8, dtype=np.int64)), Request(3, np.zeros(8, dtype=np.int64))])
     assert done == [[0, 1, 2, 3]]  # a full batch ends the wait before its timeout
@@ -73,3 +73,23 @@ def test_every_request_is_completed_once_by_several_streams() -> None:
     done, _ = serve(requests, max_batch=8, timeout_s=0.001, streams=3)
     completed = [request for ids, _ in done for request in ids]
     assert sorted(completed) == list(range(200))
+
+
+def test_a_calls_first_token_is_reported_for_its_whole_batch_before_the_batch_completes() -> None:
+    """A call that generates reports its first token from inside the call: the loop hands it on with the batch."""
+    events, lock = [], threading.Lock()
+
+    def call(ids: np.ndarray, first_token) -> np.ndarray:
+        first_token()
+        return ids
+
+    def record(what: str):
+        def event(batch: list[Request], *output: object) -> None:
+            with lock:
+                events.append((what, [request.id for request in batch]))
+
+        return event
+
+    with ServingLoop([call], 2, 0.0, record("complete"), record("first token")) as loop:
+        loop.submit([Request(i, np.full(8, i)) for i in range(4)])
+    assert events == [("first token", [0, 1]), ("complete", [0, 1]), ("first token", [2, 3]), ("complete", [2, 3])]
