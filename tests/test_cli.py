@@ -99,7 +99,8 @@ def test_bad_parameters_are_reported_one_line_each_before_anything_runs(tmp_path
     assert main(["run", "--grid", "smoke", "--params", str(typo), "--out", str(run_dir), "--no-summary"]) == 2
     assert "repaet: unknown parameter" in capsys.readouterr().err
     assert main(["run", "--grid", "nope", "--out", str(run_dir)]) == 2
-    assert "grid 'nope' not found; available: article, generate-article, generate-quick, generate-smoke, load-smoke, quick, quick-all, smoke" in capsys.readouterr().err
+    grids = ", ".join(sorted(path.stem for path in (PARAMETERS_DIR / "grids").glob("*.yaml")))  # every grid the kit ships
+    assert f"grid 'nope' not found; available: {grids} (or a path to a .yaml file)" in capsys.readouterr().err and "load-quick" in grids
     assert main(["run", "--params", str(tmp_path / "missing.yaml"), "--out", str(run_dir)]) == 2
     assert "missing.yaml: no such parameter file" in capsys.readouterr().err
     assert not run_dir.exists()  # nothing started
