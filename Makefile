@@ -2,8 +2,9 @@
 # make test  the test suite: the kit's logic and one end-to-end check of each guarantee, on two workers
 # make test-full  the exhaustive suite: also every catalogue model in every environment, on two workers
 # make lab   JupyterLab on notebooks/, with a kernel that has the kit installed
+# make docs  the documentation site, built from docs/ (and the code, for its reference pages) into site/
 # Each creates .venv with python3 if it is missing and installs the kit into it with every extra,
-# each backend's and the cluster's: .[all,test] (again only when pyproject.toml changes).
+# each backend's, the cluster's and the documentation's: .[all,docs,test] (again only when pyproject.toml changes).
 # Extra arguments: make run ARGS="--grid smoke", make test ARGS="-x".
 # The tests run on TEST_WORKERS pytest-xdist workers (tests/conftest.py says how they share the machine);
 # TEST_WORKERS=0 runs them in this process, one after the other.
@@ -13,22 +14,32 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 TEST_WORKERS ?= 2
+BROWSER := /usr/bin/chromedriver
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: run test test-full lab install
+.PHONY: run test test-full lab docs install
 
 run: $(INSTALLED)
 	$(PY) -m benchlib run $(ARGS)
 
-test: $(INSTALLED)
+test: $(INSTALLED) $(BROWSER)
 	$(PY) -m pytest -n $(TEST_WORKERS) $(ARGS)
 
-test-full: $(INSTALLED)
+test-full: $(INSTALLED) $(BROWSER)
 	$(PY) -m pytest -n $(TEST_WORKERS) --full $(ARGS)
 
 lab: $(INSTALLED)
 	$(PY) -m benchlib lab $(ARGS)
 
+docs: $(INSTALLED)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
 install: $(INSTALLED)
+
+# The browser test opens the kit's pages in Debian's headless Chromium through its driver: installed when missing
+# (as root, or with sudo).
+$(BROWSER):
+	$(SUDO) apt-get install -y chromium chromium-driver
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +47,6 @@ $(PY):
 # The kernel spec goes into the environment itself (--sys-prefix), so JupyterLab and
 # papermill start kernels with this environment's python.
 $(INSTALLED): pyproject.toml | $(PY)
-	$(PY) -m pip install -e '.[all,test]'
+	$(PY) -m pip install -e '.[all,docs,test]'
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (benchlib)"
 	touch $@

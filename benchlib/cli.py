@@ -1,4 +1,5 @@
-"""`python -m benchlib`: run the benchmark (`run`), render a run's summary (`summary`), compare two runs (`compare`), list or clear the build cache (`cache`), open the notebooks (`lab`)."""
+"""`python -m benchlib`: run the benchmark (`run`), render a run's summary (`summary`), compare two runs (`compare`), publish
+runs as a static site (`publish`), list or clear the build cache (`cache`), open the notebooks (`lab`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from benchlib import status
-from benchlib.analysis.compare import DEFAULT_ALPHA, DEFAULT_THRESHOLD, run_compare
+from benchlib.analysis.compare import DEFAULT_ALPHA, DEFAULT_THRESHOLD
 from benchlib.backends import not_installed_message
 from benchlib.config.jobs import DEFAULT_ENVIRONMENTS, DEFAULT_GRID, default_run_dir, plan_run
 from benchlib.config.params import ParameterError
@@ -20,14 +21,14 @@ from benchlib.paths import PROJECT_ROOT
 from benchlib.store.cache import CACHE_VARIABLE, cache_root
 from benchlib.store.cache import clear as clear_cache
 from benchlib.store.cache import entries as cache_entries
-from benchlib.store.layout import COMPARE_DIR_PREFIX
+from benchlib.store.layout import COMPARE_DIR_PREFIX, SITE_DIR
 
 USAGE_ERROR = 2
 CLUSTER_DISTRIBUTIONS = ("dask", "distributed")  # the cluster extra: pip install 'benchlib[cluster]'
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line: `run`, `summary`, `compare`, `cache` and `lab`."""
+    """The command line: `run`, `summary`, `compare`, `publish`, `cache` and `lab`."""
     parser = argparse.ArgumentParser(prog="benchlib", description="Transformer inference benchmarks driven by papermill.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -66,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, help=f"the smallest change that counts, as a fraction (default: {DEFAULT_THRESHOLD})")
     compare.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help=f"significance level of each cell's Mann-Whitney U test (default: {DEFAULT_ALPHA})")
     compare.add_argument("--out", type=Path, help=f"the report folder (default: RUN_B/{COMPARE_DIR_PREFIX}<name of RUN_A>)")
+
+    publish = commands.add_parser("publish", help="one or more runs as a static site (summaries, executed notebooks, tables) to open from the folder or any host")
+    publish.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN")
+    publish.add_argument("--out", type=Path, required=True, help="the site's folder (its index.html opens the site)")
 
     cache = commands.add_parser("cache", help="list the build cache (models' weights, exports, compiled models), or clear it")
     cache.add_argument("action", nargs="?", choices=("list", "clear"), default="list", help="list (default) or clear the entries")
@@ -148,9 +153,22 @@ def command_run(args: argparse.Namespace) -> int:
     print(f"{len(outcomes) - len(failed)} of {len(outcomes)} environments succeeded in {format_duration(time.perf_counter() - start)}", flush=True)
     if failed:
         print(f"failed: {', '.join(failed)}", flush=True)
-    summary_ok = args.no_summary or render_summary([run_dir])
+    summary_ok = args.no_summary or (render_summary([run_dir]) and publish_runs([run_dir], run_dir / SITE_DIR))
     print(f"elapsed: {format_duration(time.perf_counter() - start)}")
     return 0 if not failed and summary_ok else 1
+
+
+def publish_runs(run_dirs: list[Path], out: Path, progress: bool = False) -> bool:
+    """Publish `run_dirs` as a static site in `out`; prints where its index is, or why it failed."""
+    from benchlib.report.publish import publish
+
+    try:
+        index = publish(run_dirs, out, progress=progress)
+    except ValueError as error:
+        print(error, file=sys.stderr)
+        return False
+    print(f"site: {index} (open it in a browser, or copy the folder to any static host)")
+    return True
 
 
 def command_summary(args: argparse.Namespace) -> int:
@@ -224,7 +242,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "compare":
+        from benchlib.report.compare_report import run_compare
+
         return run_compare(args.run_a, args.run_b, args.threshold, args.alpha, args.out)
     if args.command == "cache":
         return command_cache(args)
+    if args.command == "publish":
+        return 0 if publish_runs(args.run_dirs, args.out, progress=True) else USAGE_ERROR
     return command_run(args) if args.command == "run" else command_summary(args)

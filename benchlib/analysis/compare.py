@@ -27,19 +27,15 @@ and the runs' rounds), so that two runs of one job on one quiet machine get no v
 
 from __future__ import annotations
 
-import html
 import itertools
 import json
 import math
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from matplotlib.figure import Figure
-from matplotlib.ticker import PercentFormatter
 from scipy.stats import mannwhitneyu
 
 from benchlib import status
@@ -47,8 +43,7 @@ from benchlib.analysis import load as under_load
 from benchlib.analysis import significance, variance
 from benchlib.analysis.runs import NOT_MEASURED, Run, read_run
 from benchlib.analysis.significance import FASTER, SLOWER
-from benchlib.paths import display_path
-from benchlib.store.layout import COMPARE_CELLS, COMPARE_DIFFERENCES, COMPARE_ENVIRONMENTS, COMPARE_HTML, COMPARE_PLOT, RESULTS_FILE, compare_dir
+from benchlib.store.layout import COMPARE_CELLS, COMPARE_DIFFERENCES, RESULTS_FILE
 from benchlib.store.results import CELL_KEY, CELL_SCENARIO
 
 DEFAULT_THRESHOLD = 0.05
@@ -255,74 +250,9 @@ def compare_runs(run_a: str | os.PathLike[str], run_b: str | os.PathLike[str], t
     return RunComparison(a, b, cells, compare_environments(cells, a, b, limits), environment_differences(a, b), threshold, alpha)
 
 
-def change_plot(environments: pd.DataFrame, threshold: float) -> Figure:
-    """Each compared environment's geometric mean change with its 95% interval, the ±`threshold` band shaded."""
-    shown = environments.dropna(subset=["geomean_change"]).reset_index(drop=True)
-    figure = Figure(figsize=(7, 1.5 + 0.4 * len(shown)), layout="constrained")
-    ax = figure.subplots()
-    ax.axvspan(-threshold * 100, threshold * 100, color="0.92", label=f"within ±{threshold:.0%}")
-    ax.axvline(0, color="0.5", linewidth=0.8)
-    colors = {SLOWER: "tab:red", FASTER: "tab:green"}
-    for verdict, group in shown.groupby("verdict", sort=False):
-        errors = [(group["geomean_change"] - group["ci95_low"]) * 100, (group["ci95_high"] - group["geomean_change"]) * 100]
-        ax.errorbar(group["geomean_change"] * 100, group.index, xerr=errors, fmt="o", capsize=4, color=colors.get(verdict, "0.3"), label=verdict)
-    ax.set_yticks(range(len(shown)), shown["environment"])
-    ax.set_ylim(max(len(shown), 1) - 0.5, -0.5)  # top to bottom in table order
-    ax.xaxis.set_major_formatter(PercentFormatter())
-    ax.set_xlabel("change in time per call, B / A - 1 (geometric mean over cells, 95% interval)")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return figure
-
-
-def _percent(value: float) -> str:
+def signed_percent(value: float) -> str:
+    """A change as a signed percentage ("+4.2%"); "" for none."""
     return "" if pd.isna(value) else f"{value:+.1%}"
-
-
-def _table_html(table: pd.DataFrame, empty: str) -> str:
-    """`table` as HTML without its index, changes as percentages; `empty` when it has no row."""
-    if table.empty:
-        return f"<p>{html.escape(empty)}</p>"
-    formatters = {column: _percent for column in ("change", "geomean_change", "ci95_low", "ci95_high") if column in table}
-    return table.to_html(index=False, na_rep="", formatters=formatters, float_format="{:.4g}".format, border=0)
-
-
-def report_html(comparison: RunComparison, plot: str) -> str:
-    """The report: how to read it, the environments, the plot (file name `plot`), the differences, the cells.
-    It names each run by its folder relative to the kit, or by its name (`display_path`): never a path of this machine."""
-    a, b = (html.escape(display_path(run.path)) for run in (comparison.run_a, comparison.run_b))
-    return f"""<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>{b} against {a}</title>
-<style>body{{font-family:sans-serif;margin:2em}} table{{border-collapse:collapse;font-size:90%}}
-td,th{{padding:2px 8px;border-bottom:1px solid #ddd;text-align:left}}</style></head><body>
-<h1>Run B against run A</h1>
-<p>A: {a}<br>B: {b}</p>
-<p>A change is B's time over A's, minus 1: positive means B is slower. A cell is <b>faster</b> or <b>slower</b> only
-when a two-sided Mann-Whitney U test on its raw samples gives p &lt; {comparison.alpha:g} and its median changed by
-at least {comparison.threshold:.0%}; otherwise <b>no change</b>. An environment's change is the geometric mean over
-its cells with a 95% bootstrap interval; it is faster or slower when the interval excludes no change and the
-geometric mean is at least {comparison.threshold:.0%} away from it, <i>inconclusive</i> when it rests on disturbed cells.</p>
-<h2>Environments</h2>
-{_table_html(comparison.environments, "No environment.")}
-<p><img src="{html.escape(plot)}" alt="geometric mean change per environment"></p>
-<h2>What differs between the runs (environment.json)</h2>
-{_table_html(comparison.differences, "Nothing differs in software versions, machine, threads or parameters.")}
-<h2>Cells</h2>
-{_table_html(comparison.cells[list(CELL_COLUMNS)], "No cell.")}
-</body></html>
-"""
-
-
-def write_report(comparison: RunComparison, out: str | os.PathLike[str]) -> Path:
-    """Write cells.csv, environments.csv, differences.csv, compare.png and compare.html into `out`; returns the HTML's path."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    comparison.cells[list(CELL_COLUMNS)].to_csv(out / COMPARE_CELLS, index=False)
-    comparison.environments.to_csv(out / COMPARE_ENVIRONMENTS, index=False)
-    comparison.differences.to_csv(out / COMPARE_DIFFERENCES, index=False)
-    change_plot(comparison.environments, comparison.threshold).savefig(out / COMPARE_PLOT, dpi=110, bbox_inches="tight")
-    path = out / COMPARE_HTML
-    path.write_text(report_html(comparison, COMPARE_PLOT), encoding="utf-8")
-    return path
 
 
 def summary_lines(comparison: RunComparison) -> list[str]:
@@ -331,8 +261,8 @@ def summary_lines(comparison: RunComparison) -> list[str]:
     lines = [f"B ({comparison.run_b.path}) against A ({comparison.run_a.path}): threshold {comparison.threshold:.0%}, alpha {comparison.alpha:g}"]
     for row in itertools.chain.from_iterable(envs[envs["verdict"] == verdict].itertuples() for verdict in (SLOWER, FASTER)):
         lines.append(
-            f"{row.verdict}: {row.environment} {_percent(row.geomean_change)} (95% interval {_percent(row.ci95_low)} to "
-            f"{_percent(row.ci95_high)}; of {row.cells_compared} cells {row.slower_cells} slower, {row.faster_cells} faster; "
+            f"{row.verdict}: {row.environment} {signed_percent(row.geomean_change)} (95% interval {signed_percent(row.ci95_low)} to "
+            f"{signed_percent(row.ci95_high)}; of {row.cells_compared} cells {row.slower_cells} slower, {row.faster_cells} faster; "
             f"threshold {row.threshold:.1%})"
         )
     raised = envs[envs["threshold"].astype(float) > comparison.threshold]
@@ -348,20 +278,3 @@ def summary_lines(comparison: RunComparison) -> list[str]:
     if len(grouped) > PRINTED_DIFFERENCES:
         lines.append(f"differs: {len(grouped) - PRINTED_DIFFERENCES} more, see {COMPARE_DIFFERENCES}")
     return lines
-
-
-def run_compare(
-    run_a: str | os.PathLike[str], run_b: str | os.PathLike[str], threshold: float = DEFAULT_THRESHOLD,
-    alpha: float = DEFAULT_ALPHA, out: str | os.PathLike[str] | None = None,
-) -> int:  # fmt: skip
-    """The `compare` command: compare, write the report, print the summary; 1 when an environment got slower,
-    2 (with a one-line error) for bad input, else 0."""
-    try:
-        comparison = compare_runs(run_a, run_b, threshold, alpha)
-    except CompareError as error:
-        print(f"compare: {error}", file=sys.stderr)
-        return 2
-    report = write_report(comparison, out if out is not None else compare_dir(run_a, run_b))
-    print("\n".join(summary_lines(comparison)))
-    print(f"report: {report}")
-    return 1 if (comparison.environments["verdict"] == SLOWER).any() else 0

@@ -1,9 +1,10 @@
 """The summary's "Under load" section: the load scenarios' rows of one or more runs (`scenario` other than `cell`), their
 figures as LoadGen reported them, the fastest environment per scenario, and the server scenario's trials.
 
-A load cell's figure is the one its scenario is judged by: the 90th percentile of latency one request at a time
-(single-stream), the 99th percentile of a query's latency (multi-stream), the largest rate VALID under the bound
-(server: `max_qps`) and samples per second (offline); over rounds, the median of the rounds' figures. When generating,
+A load cell's figure is the one its scenario is judged by: a percentile of latency one request at a time (single-stream,
+MLPerf's 90th unless `latency_percentile` says otherwise) and of a query's latency (multi-stream, the 99th), the largest
+rate VALID under the bound (server: `max_qps`) and samples per second (offline); over rounds, the median of the rounds'
+figures. A latency's column names its percentile (`single_stream_p90_ms`). When generating,
 the table adds LoadGen's tokens per second and the 99th percentiles of the time to first token and per output token.
 The fastest environment one request at a time (single-stream) is not always the one that serves the most under load:
 where it differs, a sentence says so.
@@ -26,15 +27,17 @@ import pandas as pd
 from benchlib import status
 from benchlib.analysis import significance
 from benchlib.analysis.comparisons import BASELINE, BASELINE_VERDICT
+from benchlib.scenarios.loadgen import MLPERF_PERCENTILE
 from benchlib.store.environment import read_environment
 from benchlib.store.layout import environment_dirs
-from benchlib.store.results import CELL_SCENARIO, read_results
+from benchlib.store.results import CELL_SCENARIO, judged_percentile, read_results
 
 SCENARIO_ORDER: tuple[str, ...] = ("single-stream", "multi-stream", "server", "offline")
-# Per scenario: the table's column, how a row gives it, and whether more is better.
+# Per scenario: the table's column (a latency's with its percentile: `figure_column`), how a row gives it, and whether
+# more is better.
 FIGURES: dict[str, tuple[str, str, bool]] = {
-    "single-stream": ("single_stream_p90_ms", "latency", False),
-    "multi-stream": ("multi_stream_p99_ms", "latency", False),
+    "single-stream": ("single_stream_p{}_ms", "latency", False),
+    "multi-stream": ("multi_stream_p{}_ms", "latency", False),
     "server": ("server_max_qps", "max_qps", True),
     "offline": ("offline_samples_per_s", "samples_per_s", True),
 }
@@ -48,7 +51,7 @@ SPEEDUP_COLUMNS: tuple[str, ...] = (
     "model", "scenario", "environment", "baseline", "rounds", "speedup", "ci95_low", "ci95_high", "verdict", "agreement", "max_abs_diff",
 )  # fmt: skip
 ONLY_LOAD = "These runs measured under load only: their figures are section 12, Under load; the sections of cells timed one call at a time are empty."
-NO_LOAD = "No load scenario was measured in these runs: set `scenario` (e.g. `--grid load-smoke`; see the README's \"Under load\")."
+NO_LOAD = "No load scenario was measured in these runs: set `scenario` (e.g. `--grid load-smoke`; see the documentation's \"Under load\", docs/under-load.md)."
 
 
 def _rows(run_dirs: Iterable[str | os.PathLike[str]], trials: bool) -> pd.DataFrame:
@@ -81,18 +84,34 @@ def figure_of(row: pd.Series) -> float:
     return float(value)
 
 
+def figure_column(scenario: str, percentile: int) -> str:
+    """The table's column of `scenario`'s figure; a latency's names the percentile it was judged at."""
+    return FIGURES[scenario][0].format(percentile)
+
+
+def figure_columns(table: pd.DataFrame, scenario: str) -> list[str]:
+    """The columns of `table` that hold `scenario`'s figure (a latency's, one per percentile its rows were judged at)."""
+    prefix, _, suffix = FIGURES[scenario][0].partition("{}")
+    return [column for column in table.columns if column == prefix or (suffix and column.startswith(prefix) and column.endswith(suffix))]
+
+
 def scenario_table(rows: pd.DataFrame) -> pd.DataFrame:
     """One line per environment and model: each scenario's figure (the median over its rounds), `rounds`, and `invalid`:
     the scenarios that LoadGen found INVALID in a round (for the server: no rate met the bound); when generating, the
     TOKEN_FIGURES too."""
     if rows.empty:
         return pd.DataFrame()
-    rows = rows.assign(figure=[figure_of(row) for _, row in rows.iterrows()], invalid=rows["valid"].astype(str) != "True")
+    rows = rows.assign(
+        figure=[figure_of(row) for _, row in rows.iterrows()], invalid=rows["valid"].astype(str) != "True",
+        column=[figure_column(row["scenario"], judged_percentile(row)) for _, row in rows.iterrows()],
+    )  # fmt: skip
     lines = []
     for (environment, model), cells in rows.groupby(["environment", "model"], sort=False):
         line = {"environment": environment, "model": model, "rounds": int(cells["round"].nunique())}
         for scenario in SCENARIO_ORDER:
-            line[FIGURES[scenario][0]] = cells.loc[cells["scenario"] == scenario, "figure"].median()
+            columns = cells.loc[cells["scenario"] == scenario, "column"].unique()
+            for column in columns if len(columns) else [figure_column(scenario, MLPERF_PERCENTILE.get(scenario, 0))]:
+                line[column] = cells.loc[cells["column"] == column, "figure"].median()
         generated = cells[(cells["workload"] == "generate") & (cells["status"] == status.OK)]
         for scenario, columns in TOKEN_FIGURES.items() if not generated.empty else ():
             for column, source in columns:
@@ -122,12 +141,13 @@ def fastest_per_scenario(table: pd.DataFrame) -> pd.DataFrame:
         if len(group) < 2:
             continue
         for scenario in SCENARIO_ORDER:
-            column, _, more_is_better = FIGURES[scenario]
-            figures = group.set_index("environment")[column].dropna()
-            if figures.empty:
-                continue
-            best = figures.idxmax() if more_is_better else figures.idxmin()
-            lines.append({"model": model, "scenario": scenario, "fastest": best, "figure": figures[best], "environments": len(figures)})
+            more_is_better = FIGURES[scenario][2]
+            for column in figure_columns(group, scenario):
+                figures = group.set_index("environment")[column].dropna()
+                if figures.empty:
+                    continue
+                best = figures.idxmax() if more_is_better else figures.idxmin()
+                lines.append({"model": model, "scenario": scenario, "fastest": best, "figure": figures[best], "environments": len(figures)})
     return pd.DataFrame(lines, columns=list(FASTEST_COLUMNS))
 
 
@@ -143,6 +163,20 @@ def ranking_sentences(fastest: pd.DataFrame) -> list[str]:
             if scenario in best and best[scenario] != best["single-stream"]:
                 sentences.append(f"For {model}, {best['single-stream']} is the fastest one request at a time, but {best[scenario]} {what} ({scenario}).")
     return sentences
+
+
+def short_server_sentences(table: pd.DataFrame) -> list[str]:
+    """A sentence per environment and model whose largest VALID server rate is above what it reached in Offline: a test
+    too short for the queue to build up past the bound (`min_duration_s`), so the server's figure overstates the rate."""
+    if not {"server_max_qps", "offline_samples_per_s"} <= set(table.columns):
+        return []
+    over = table[table["server_max_qps"] > table["offline_samples_per_s"]]
+    return [
+        f"For {line.model} in {line.environment}, the server's largest VALID rate ({line.server_max_qps:.4g}/s) is above what "
+        f"Offline reached ({line.offline_samples_per_s:.4g} samples/s): its tests were too short for a queue to build up "
+        "(raise min_duration_s); the server cannot sustain more than Offline's rate."
+        for line in over.itertuples()
+    ]
 
 
 def _time_like(rows: pd.DataFrame, scenario: str) -> pd.Series:

@@ -11,10 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import matplotlib.dates as mdates
-import matplotlib.pyplot as plt
 import pandas as pd
-import seaborn as sns
 
 from benchlib import status
 from benchlib.machine import machine_description, machine_label
@@ -92,25 +89,6 @@ def peak_memory_table(rows: pd.DataFrame) -> pd.DataFrame:
     ]
     table = cells.pivot_table(index=["environment", "model"], columns="shape", values="cell", aggfunc="last", sort=False)
     return table.reindex(columns=[f"{b}x{s}" for b, s in shapes]).fillna("")
-
-
-def plot_peak_memory(rows: pd.DataFrame) -> plt.Figure:
-    """Peak memory (MiB) against sequence length, one panel per model, one line per environment and batch size."""
-    measured = rows[(rows["status"] == status.OK)].copy()
-    measured["peak_mib"] = pd.to_numeric(measured["peak_memory_bytes"], errors="coerce") / MIB
-    measured = measured.dropna(subset=["peak_mib"])
-    if measured.empty:
-        raise ValueError("no ok cell has a peak_memory_bytes value to plot")
-    grid = sns.relplot(
-        data=measured, x="sequence_length", y="peak_mib", hue="environment", style="batch_size",
-        col="model", col_wrap=min(5, measured["model"].nunique()), kind="line", marker="o",
-        height=2.6, facet_kws={"sharey": False},
-    )  # fmt: skip
-    grid.set(xscale="log", yscale="log")
-    grid.set_axis_labels("sequence length (tokens)", "peak memory (MiB)")
-    grid.set_titles("{col_name}")
-    grid.figure.suptitle("Peak memory per cell (GPU: framework counter; CPU: process peak resident set)", y=1.02)
-    return grid.figure
 
 
 # ---------------------------------------------------------------- other work on the machine, the machine's own speed
@@ -339,28 +317,3 @@ def probe_warnings(environments: list[dict[str, Any]]) -> list[str]:
                 f"the machine itself changed speed during the run, and comparisons between {_names(medians.index)} carry that change."
             )
     return [*warnings, *machine_warnings(environments), *machine_speed_warnings(environments)]
-
-
-def plot_probe(table: pd.DataFrame) -> plt.Figure:
-    """The speed probe (ms) over time, one colour per environment, one panel per machine and device, with ±10% of its median shaded."""
-    table = table.dropna(subset=["seconds", "time"]).assign(ms=lambda t: 1000 * t["seconds"])
-    if table.empty:
-        raise ValueError("table: no speed probe to plot")
-    groups = list(table.groupby(["machine", "device"], sort=True))
-    palette = dict(zip(dict.fromkeys(table["environment"]), sns.color_palette(n_colors=table["environment"].nunique())))
-    figure = plt.figure(figsize=(8, 3.2 * len(groups)), layout="constrained")
-    for ax, ((machine, device), group) in zip(figure.subplots(len(groups), 1, squeeze=False)[:, 0], groups):
-        median = float(group["ms"].median())
-        ax.axhspan((1 - PROBE_TOLERANCE) * median, (1 + PROBE_TOLERANCE) * median, color="0.9", label=f"median ±{100 * PROBE_TOLERANCE:.0f}%")
-        ax.axhline(median, color="0.6", linestyle="--", linewidth=1)
-        sns.lineplot(data=group, x="time", y="ms", hue="environment", palette=palette, marker="o", ax=ax)
-        ax.set_ylim(0, max(float(group["ms"].max()), (1 + PROBE_TOLERANCE) * median) * 1.1)
-        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(ax.xaxis.get_major_locator()))
-        ax.set_title(f"{machine} ({device}): environments' medians vary {100 * probe_variation(group)[0]:.0f}% (slowest / fastest - 1)", fontsize=10)
-        ax.set_xlabel("time (UTC)")
-        ax.set_ylabel("probe time (ms)")
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    workloads = ", ".join(str(w) for w in dict.fromkeys(table["workload"].dropna())) or "a fixed reference workload"
-    figure.suptitle(f"Speed probe through the run: {workloads}")
-    plt.close(figure)
-    return figure

@@ -19,6 +19,8 @@ GENERATE_TASK = "causal-lm"
 # How calls arrive: one at a time as the study timed them (`cell`), or under load as MLPerf defines it, driven by LoadGen.
 CELL = "cell"
 LOAD_SCENARIOS: tuple[str, ...] = ("single-stream", "multi-stream", "server", "offline")
+# The percentiles a load scenario's latency may be judged at (LoadGen prints both; the results have a column for each).
+LATENCY_PERCENTILES: tuple[int, ...] = (90, 99)
 SCENARIOS: tuple[str, ...] = (CELL, *LOAD_SCENARIOS)
 DEFAULT_REQUEST_LENGTHS: tuple[int, ...] = (32, 64, 128)
 
@@ -30,57 +32,80 @@ class BenchmarkParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    environment: str = Field(min_length=1)
-    framework: str
-    mode: str
-    precision: str = "float32"
-    device: str = "cpu"
-    options: dict[str, Any] = Field(default_factory=dict, validate_default=True)
-    num_threads: int | Literal["cores"] | None = None
-    num_interop_threads: StrictInt | None = Field(default=None, ge=1)
-    workload: Literal[WORKLOADS] = "forward"  # type: ignore[valid-type]
+    environment: str = Field(min_length=1, description="A name for this environment: it labels the rows and names the run's folder.")
+    framework: str = Field(description="The backend that runs the model (the registry's frameworks).")
+    mode: str = Field(description="How the backend runs it (each framework's modes: Backends and environments).")
+    precision: str = Field(default="float32", description="The numbers the model computes in (each framework's precisions).")
+    device: str = Field(default="cpu", description="Where the model runs: cpu, cuda or cuda:N.")
+    options: dict[str, Any] = Field(
+        default_factory=dict, validate_default=True,
+        description="The backend's own parameters, checked by its options model (e.g. pytorch: attn_implementation, compile_mode).",
+    )  # fmt: skip
+    num_threads: int | Literal["cores"] | None = Field(
+        default=None, description="Intra-op threads: a number, cores (every CPU this process may use) or null (the framework's default)."
+    )
+    num_interop_threads: StrictInt | None = Field(default=None, ge=1, description="Inter-op threads: a number or null (the framework's default).")
+    workload: Literal[WORKLOADS] = Field(  # type: ignore[valid-type]
+        default="forward", description="What one call is: forward (one forward pass, the study's) or generate (greedy generation of new_tokens)."
+    )
     # How the models are found and loaded (config/models.py), set before `models` so that its validator sees them.
-    weights: Literal[WEIGHTS] | None = None  # type: ignore[valid-type]  # None: pretrained for a folder or Hub id, random for the catalogue
-    task: Literal[TASKS] | None = None  # type: ignore[valid-type]  # None: feature-extraction, or the checkpoint's own head
-    trust_remote_code: bool = False
-    allow_pickle: bool = False
-    offline: bool = True
-    models: list[str] = Field(min_length=1)
-    inputs: Literal[INPUTS] = "random"  # type: ignore[valid-type]
-    text_file: str | None = None  # inputs: text: the text to tokenize (None: the sample shipped with the kit)
-    model_scale: Literal["full", "tiny"] = "full"
-    batch_sizes: list[StrictInt] = Field(min_length=1)
-    sequence_lengths: list[StrictInt] = Field(min_length=1)  # workload generate: the prompt lengths
-    prompt_lengths: list[StrictInt] | None = None  # workload generate: the prompt lengths (it needs them)
-    new_tokens: StrictInt = Field(default=32, ge=2)  # workload generate: tokens generated per call (two at least: a first and a next)
+    weights: Literal[WEIGHTS] | None = Field(  # type: ignore[valid-type]
+        default=None, description="pretrained or random; null: a folder's or Hub id's own weights, the catalogue's seeded random ones."
+    )
+    task: Literal[TASKS] | None = Field(  # type: ignore[valid-type]
+        default=None, description="The head measured and compared; null: the catalogue's bare model, a checkpoint's own head."
+    )
+    trust_remote_code: bool = Field(default=False, description="Run a checkpoint's own Python code where its architecture needs it.")
+    allow_pickle: bool = Field(default=False, description="Load pickled weights (pytorch_model.bin); unpickling can run code.")
+    offline: bool = Field(default=True, description="false: fetch a Hub id missing from the local Hugging Face cache before the kernels start.")
+    models: list[str] = Field(min_length=1, description="Catalogue names, checkpoint folders or Hugging Face Hub ids.")
+    inputs: Literal[INPUTS] = Field(  # type: ignore[valid-type]
+        default="random", description="random: seeded token ids; text: text_file tokenized by the model's own tokenizer (the default under load)."
+    )
+    text_file: str | None = Field(default=None, description="inputs text: the text to tokenize (null: the English sample shipped with the kit).")
+    model_scale: Literal["full", "tiny"] = Field(default="full", description="full: the published sizes; tiny: the same architectures, seconds to build.")
+    batch_sizes: list[StrictInt] = Field(min_length=1, description="The batch sizes of the grid (a load scenario: max_batch).")
+    sequence_lengths: list[StrictInt] = Field(min_length=1, description="The sequence lengths of the grid (generate: prompt_lengths; load: request_lengths).")
+    prompt_lengths: list[StrictInt] | None = Field(default=None, description="workload generate: the prompts' lengths, instead of sequence_lengths.")
+    new_tokens: StrictInt = Field(default=32, ge=2, description="workload generate: tokens generated per call (end of sequence ignored; a first and a next at least).")
     # A load scenario's cell is one model under LoadGen's load, its requests of `request_lengths` served by `streams`
     # workers that batch up to `max_batch` requests of one length, waiting at most `batch_timeout_ms` for more.
-    scenario: list[Literal[SCENARIOS]] = Field(default_factory=lambda: [CELL], min_length=1)  # type: ignore[valid-type]
-    request_lengths: list[StrictInt] | None = None  # a load scenario's request lengths (None: DEFAULT_REQUEST_LENGTHS)
-    max_batch: StrictInt = Field(default=8, ge=1)
-    batch_timeout_ms: float = Field(default=2.0, ge=0)  # server: how long a batch waits for more requests of its length
-    streams: StrictInt = Field(default=1, ge=1)
-    latency_bound_ms: float = Field(default=100.0, gt=0)  # server: the bound on the 99th percentile of latency
-    ttft_bound_ms: float | None = Field(default=None, gt=0)  # server, generating: the bound on time to first token
-    tpot_bound_ms: float | None = Field(default=None, gt=0)  # server, generating: the bound on time per output token
-    samples_per_query: StrictInt = Field(default=8, ge=1)  # multi-stream: samples per query
-    min_duration_s: float = Field(default=10.0, gt=0)  # each LoadGen test runs at least this long...
-    min_query_count: StrictInt = Field(default=100, ge=1)  # ...and issues at least this many queries
-    max_trials: StrictInt = Field(default=8, ge=1)  # server: LoadGen tests the search may run
-    warmup: StrictInt = Field(default=1, ge=0)
-    warmup_max_seconds: float = Field(default=5.0, ge=0)
-    repeat: int | Literal["auto"] = 30
-    number: StrictInt = Field(default=3, ge=1)
-    target_rel_ci: float = Field(default=0.02, gt=0, lt=1)
-    max_cell_seconds: float = Field(default=60.0, gt=0)
-    min_samples: StrictInt = Field(default=5, ge=2)
-    seed: int = 0
-    max_interference: float = Field(default=0.05, ge=0, le=1)
-    remeasure: StrictInt = Field(default=2, ge=0)
-    rounds: StrictInt = Field(default=1, ge=1)
-    current_round: StrictInt = Field(default=1, ge=1)
-    memory_limit_gb: float | None = Field(default=None, gt=0)
-    output_dir: str = Field(min_length=1)
+    scenario: list[Literal[SCENARIOS]] = Field(  # type: ignore[valid-type]
+        default_factory=lambda: [CELL], min_length=1,
+        description="How calls arrive: cell (one at a time, as the study timed them), or any of MLPerf's single-stream, multi-stream, server, offline.",
+    )  # fmt: skip
+    request_lengths: list[StrictInt] | None = Field(
+        default=None, description=f"A load scenario: its requests' lengths in tokens (null: {', '.join(map(str, DEFAULT_REQUEST_LENGTHS))})."
+    )
+    max_batch: StrictInt = Field(default=8, ge=1, description="A load scenario: requests of one length batched together, at most.")
+    batch_timeout_ms: float = Field(default=2.0, ge=0, description="Server: how long a batch waits for more requests of its length.")
+    streams: StrictInt = Field(default=1, ge=1, description="A load scenario: workers serving the queue, the threads divided among them.")
+    latency_bound_ms: float = Field(default=100.0, gt=0, description="Server: the bound on latency at latency_percentile.")
+    # At 90, early stopping needs about a tenth of the queries it needs at 99.
+    latency_percentile: Literal[LATENCY_PERCENTILES] | None = Field(  # type: ignore[valid-type]
+        default=None,
+        description="The percentile LoadGen judges latency at (single-stream, multi-stream, server; the token bounds too); null: MLPerf's, 90 one request at a time, 99 otherwise.",
+    )  # fmt: skip
+    ttft_bound_ms: float | None = Field(default=None, gt=0, description="Server, generating: the bound on the time to first token.")
+    tpot_bound_ms: float | None = Field(default=None, gt=0, description="Server, generating: the bound on the time per output token.")
+    samples_per_query: StrictInt = Field(default=8, ge=1, description="Multi-stream: requests per query.")
+    min_duration_s: float = Field(default=10.0, gt=0, description="A load scenario: each LoadGen test runs at least this long...")
+    min_query_count: StrictInt = Field(default=100, ge=1, description="... and issues at least this many queries.")
+    max_trials: StrictInt = Field(default=8, ge=1, description="Server: LoadGen tests the search for the largest rate under the bound may run.")
+    warmup: StrictInt = Field(default=1, ge=0, description="Untimed calls at least before the samples, then more until the time per call is stable...")
+    warmup_max_seconds: float = Field(default=5.0, ge=0, description="... or until this much warm-up time is spent.")
+    repeat: int | Literal["auto"] = Field(default=30, description="Samples per cell, or auto: until the mean is known to target_rel_ci.")
+    number: StrictInt = Field(default=3, ge=1, description="Calls per sample, back to back between two clock reads.")
+    target_rel_ci: float = Field(default=0.02, gt=0, lt=1, description="repeat auto: stop when the 95% interval of the mean is within this fraction of it...")
+    max_cell_seconds: float = Field(default=60.0, gt=0, description="... or when this much sampling time is spent...")
+    min_samples: StrictInt = Field(default=5, ge=2, description="... but not before this many samples.")
+    seed: int = Field(default=0, description="Seeds the random weights and the inputs.")
+    max_interference: float = Field(default=0.05, ge=0, le=1, description="The share of the machine other work may use while a cell is timed before it is disturbed.")
+    remeasure: StrictInt = Field(default=2, ge=0, description="Times a disturbed cell (a server trial) is measured again.")
+    rounds: StrictInt = Field(default=1, ge=1, description="Times every environment is run, each in a fresh kernel, the order rotated.")
+    current_round: StrictInt = Field(default=1, ge=1, description="The round this kernel runs (set by the runner).")
+    memory_limit_gb: float | None = Field(default=None, gt=0, description="Bounds the kernel's memory: an allocation past it fails, and the cell is oom.")
+    output_dir: str = Field(min_length=1, description="The environment's folder: its rows, its machine and software record and its executed notebook go there.")
 
     @model_validator(mode="before")
     @classmethod
@@ -237,6 +262,8 @@ def load_scenario(values: Any) -> Any:
     if not load:
         if values.get("request_lengths") is not None:
             raise ValueError("request_lengths: only a load scenario (single-stream, multi-stream, server, offline) has requests; a cell gives sequence_lengths")
+        if values.get("latency_percentile") is not None:
+            raise ValueError("latency_percentile: only a load scenario (single-stream, multi-stream, server) is judged at a percentile of latency")
         return values
     if CELL in scenario:
         raise ValueError("scenario: cell and the load scenarios are measured in grids of their own, not together")
@@ -247,7 +274,7 @@ def load_scenario(values: Any) -> Any:
         if "server" in scenario and missing:
             raise ValueError(
                 f"{missing[0]}: the server scenario of workload generate is judged by the time to first token and per output token "
-                "at the 99th percentile; give ttft_bound_ms and tpot_bound_ms"
+                "at latency_percentile; give ttft_bound_ms and tpot_bound_ms"
             )
     lengths = values.get("request_lengths")
     lengths = list(DEFAULT_REQUEST_LENGTHS) if lengths is None else lengths

@@ -164,7 +164,7 @@ def report_columns(report: LoadReport, env_dir: Path) -> Columns:
         "valid": report.valid, "loadgen_metric": report.result_figure, "loadgen_value": figures.get(report.result_figure, ""),
         "samples_per_s": samples_per_s if samples_per_s is not None else "",
         **{f"latency_{p}_s": report.latency_s(p) for p in ("p50", "p90", "p99")},
-        "loadgen_log": str(report.folder.relative_to(env_dir)), **tokens,
+        "latency_percentile": report.percentile or "", "loadgen_log": str(report.folder.relative_to(env_dir)), **tokens,
     }  # fmt: skip
 
 
@@ -238,7 +238,7 @@ class ScenarioRun:
         seconds = {name: None if ms is None else ms / 1000 for name, ms in (("ttft_bound_s", p.ttft_bound_ms), ("tpot_bound_s", p.tpot_bound_ms))}
         return LoadSettings(
             scenario=scenario, min_duration_s=p.min_duration_s, min_query_count=p.min_query_count, expected_qps=expected,
-            samples_per_query=p.samples_per_query, latency_bound_s=p.latency_bound_ms / 1000,
+            samples_per_query=p.samples_per_query, latency_bound_s=p.latency_bound_ms / 1000, latency_percentile=p.latency_percentile,
             new_tokens=p.new_tokens if self.generating else None, **seconds, **changes,
         )  # fmt: skip
 
@@ -276,7 +276,7 @@ def measure_scenario(
     columns: Columns = {"trial": "", "target_qps": "", "max_qps": search.max_qps if search.max_qps is not None else "", "inputs": run.inputs_kind, **run.agreement}
     if search.max_qps is None:
         report, interference = trials[min(trials)]
-        reason = f"no rate tried met {run.bounds()} at the 99th percentile (the lowest: {min(trials):.4g}/s)"
+        reason = f"no rate tried met {run.bounds()} at the {report.percentile}th percentile (the lowest: {min(trials):.4g}/s)"
         return status.OK, reason, {**report_columns(report, run.env_dir), **columns, "valid": False}, interference
     report, interference = trials[search.max_qps]
     reason = "" if search.above is not None else f"every rate tried met {run.bounds()} (max_trials {run.params.max_trials}): max_qps is a lower bound"

@@ -11,6 +11,7 @@ import matplotlib
 if "ipykernel" not in sys.modules:  # outside a notebook: draw to files only
     matplotlib.use("Agg")
 
+import matplotlib.dates as mdates  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
@@ -18,13 +19,26 @@ import seaborn as sns  # noqa: E402
 from matplotlib.colors import ListedColormap, LogNorm  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
-from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter  # noqa: E402
+from matplotlib.ticker import (  # noqa: E402
+    FixedLocator,
+    NullLocator,
+    PercentFormatter,
+    ScalarFormatter,
+)
 
 from benchlib import status  # noqa: E402
-from benchlib.analysis import significance  # noqa: E402
+from benchlib.analysis import quality, significance  # noqa: E402
 from benchlib.analysis.comparisons import paired_cells  # noqa: E402
-from benchlib.analysis.runs import GENERATE, NOT_MEASURED, by_workload, prepare, shape_name  # noqa: E402
+from benchlib.analysis.runs import (  # noqa: E402
+    GENERATE,
+    NOT_MEASURED,
+    by_workload,
+    prepare,
+    shape_name,
+)
+from benchlib.analysis.significance import FASTER, SLOWER  # noqa: E402
 from benchlib.store.layout import figure_path  # noqa: E402
+from benchlib.store.results import judged_percentile  # noqa: E402
 
 
 def _against_length(ok: pd.DataFrame, y: str, labels: tuple[str, str], title: str, style: str | None = None) -> Figure:
@@ -179,37 +193,108 @@ def fastest_heatmap(fastest: pd.DataFrame) -> Figure:
     return figure
 
 
-def save_figure(figure: Figure, output_dir: str | os.PathLike[str], name: str) -> Path:
-    """Write `figure` as the summary's figure `name` (`store.layout.figure_path`) under `output_dir`; returns its path."""
-    path = figure_path(output_dir, name)
+def save_figure_file(figure: Figure, path: Path) -> Path:
+    """Write `figure` as the PNG file `path` (its folder made), as every figure of the kit is written; returns `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110, bbox_inches="tight")
     return path
 
 
+def save_figure(figure: Figure, output_dir: str | os.PathLike[str], name: str) -> Path:
+    """Write `figure` as the summary's figure `name` (`store.layout.figure_path`) under `output_dir`; returns its path."""
+    return save_figure_file(figure, figure_path(output_dir, name))
+
+
+def change_plot(environments: pd.DataFrame, threshold: float) -> Figure:
+    """Each compared environment's geometric mean change with its 95% interval, the ±`threshold` band shaded."""
+    shown = environments.dropna(subset=["geomean_change"]).reset_index(drop=True)
+    figure = Figure(figsize=(7, 1.5 + 0.4 * len(shown)), layout="constrained")
+    ax = figure.subplots()
+    ax.axvspan(-threshold * 100, threshold * 100, color="0.92", label=f"within ±{threshold:.0%}")
+    ax.axvline(0, color="0.5", linewidth=0.8)
+    colors = {SLOWER: "tab:red", FASTER: "tab:green"}
+    for verdict, group in shown.groupby("verdict", sort=False):
+        errors = [(group["geomean_change"] - group["ci95_low"]) * 100, (group["ci95_high"] - group["geomean_change"]) * 100]
+        ax.errorbar(group["geomean_change"] * 100, group.index, xerr=errors, fmt="o", capsize=4, color=colors.get(verdict, "0.3"), label=verdict)
+    ax.set_yticks(range(len(shown)), shown["environment"])
+    ax.set_ylim(max(len(shown), 1) - 0.5, -0.5)  # top to bottom in table order
+    ax.xaxis.set_major_formatter(PercentFormatter())
+    ax.set_xlabel("change in time per call, B / A - 1 (geometric mean over cells, 95% interval)")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return figure
+
+
 def server_trials(trials: pd.DataFrame, latency_bound_ms: float | None = None) -> Figure:
-    """Every server trial: the 99th percentile of latency against the rate LoadGen achieved (completed samples per second),
-    one panel per model, one line per environment through its trials in the order of the rates asked for, LoadGen's
-    verdict as the marker; the latency bound drawn where given."""
+    """Every server trial: latency at the percentile it was judged at (the 99th unless `latency_percentile` said otherwise)
+    against the rate LoadGen achieved (completed samples per second), one panel per model, one line per environment
+    through its trials in the order of the rates asked for, LoadGen's verdict as the marker; the latency bound drawn
+    where given."""
     if trials.empty:
         raise ValueError("trials: no server trial to plot")
+    percentiles = [judged_percentile(row) for _, row in trials.iterrows()]
+    judged = "/".join(f"p{p}" for p in sorted(set(percentiles)))
     data = trials.assign(
-        latency_p99_ms=pd.to_numeric(trials["latency_p99_s"], errors="coerce") * 1e3,
+        latency_ms=[pd.to_numeric(row[f"latency_p{p}_s"], errors="coerce") * 1e3 for p, (_, row) in zip(percentiles, trials.iterrows())],
         achieved_qps=pd.to_numeric(trials["samples_per_s"], errors="coerce"), target_qps=pd.to_numeric(trials["target_qps"], errors="coerce"),
         verdict=["VALID" if str(valid) == "True" else "INVALID" for valid in trials["valid"]],
     ).sort_values("target_qps")
     grid = sns.relplot(  # in the order of the rates asked for: past what it sustains, a system completes fewer
-        data=data, x="achieved_qps", y="latency_p99_ms", hue="environment", col="model", kind="line", sort=False, height=3, aspect=1.3,
+        data=data, x="achieved_qps", y="latency_ms", hue="environment", col="model", kind="line", sort=False, height=3, aspect=1.3,
         facet_kws={"sharey": False},
     )  # fmt: skip
     markers = {"VALID": "o", "INVALID": "X"}
-    grid.map_dataframe(sns.scatterplot, x="achieved_qps", y="latency_p99_ms", hue="environment", style="verdict", markers=markers, s=60, legend=False)
+    grid.map_dataframe(sns.scatterplot, x="achieved_qps", y="latency_ms", hue="environment", style="verdict", markers=markers, s=60, legend=False)
     for ax in grid.axes.flat:
         ax.set_yscale("log")
         if latency_bound_ms:
             ax.axhline(latency_bound_ms, color="grey", linestyle="--", linewidth=1)
-    grid.set_axis_labels("achieved rate (samples/s)", "p99 latency (ms)")
+    grid.set_axis_labels("achieved rate (samples/s)", f"{judged} latency (ms)")
     bound = f"; the bound {latency_bound_ms:g} ms dashed" if latency_bound_ms else ""
-    grid.figure.suptitle(f"Server trials: p99 latency against the rate achieved (o VALID, x INVALID{bound})", y=1.04)
+    grid.figure.suptitle(f"Server trials: {judged} latency against the rate achieved (o VALID, x INVALID{bound})", y=1.04)
     plt.close(grid.figure)
     return grid.figure
+
+
+def peak_memory(rows: pd.DataFrame) -> Figure:
+    """Peak memory (MiB) against sequence length, one panel per model, one line per environment and batch size."""
+    measured = rows[(rows["status"] == status.OK)].copy()
+    measured["peak_mib"] = pd.to_numeric(measured["peak_memory_bytes"], errors="coerce") / quality.MIB
+    measured = measured.dropna(subset=["peak_mib"])
+    if measured.empty:
+        raise ValueError("no ok cell has a peak_memory_bytes value to plot")
+    grid = sns.relplot(
+        data=measured, x="sequence_length", y="peak_mib", hue="environment", style="batch_size",
+        col="model", col_wrap=min(5, measured["model"].nunique()), kind="line", marker="o",
+        height=2.6, facet_kws={"sharey": False},
+    )  # fmt: skip
+    grid.set(xscale="log", yscale="log")
+    grid.set_axis_labels("sequence length (tokens)", "peak memory (MiB)")
+    grid.set_titles("{col_name}")
+    grid.figure.suptitle("Peak memory per cell (GPU: framework counter; CPU: process peak resident set)", y=1.02)
+    plt.close(grid.figure)
+    return grid.figure
+
+
+def speed_probe(table: pd.DataFrame) -> Figure:
+    """The speed probe (ms) over time, one colour per environment, one panel per machine and device, with ±10% of its median shaded."""
+    table = table.dropna(subset=["seconds", "time"]).assign(ms=lambda t: 1000 * t["seconds"])
+    if table.empty:
+        raise ValueError("table: no speed probe to plot")
+    groups = list(table.groupby(["machine", "device"], sort=True))
+    palette = dict(zip(dict.fromkeys(table["environment"]), sns.color_palette(n_colors=table["environment"].nunique())))
+    figure = plt.figure(figsize=(8, 3.2 * len(groups)), layout="constrained")
+    for ax, ((machine, device), group) in zip(figure.subplots(len(groups), 1, squeeze=False)[:, 0], groups):
+        median = float(group["ms"].median())
+        ax.axhspan((1 - quality.PROBE_TOLERANCE) * median, (1 + quality.PROBE_TOLERANCE) * median, color="0.9", label=f"median ±{100 * quality.PROBE_TOLERANCE:.0f}%")
+        ax.axhline(median, color="0.6", linestyle="--", linewidth=1)
+        sns.lineplot(data=group, x="time", y="ms", hue="environment", palette=palette, marker="o", ax=ax)
+        ax.set_ylim(0, max(float(group["ms"].max()), (1 + quality.PROBE_TOLERANCE) * median) * 1.1)
+        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(ax.xaxis.get_major_locator()))
+        ax.set_title(f"{machine} ({device}): environments' medians vary {100 * quality.probe_variation(group)[0]:.0f}% (slowest / fastest - 1)", fontsize=10)
+        ax.set_xlabel("time (UTC)")
+        ax.set_ylabel("probe time (ms)")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    workloads = ", ".join(str(w) for w in dict.fromkeys(table["workload"].dropna())) or "a fixed reference workload"
+    figure.suptitle(f"Speed probe through the run: {workloads}")
+    plt.close(figure)
+    return figure

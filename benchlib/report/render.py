@@ -29,8 +29,6 @@ def render_summary(run_dirs: list[Path] | list[str], output_dir: Path | None = N
 
     `output_dir` defaults to the first run folder; the notebook writes tables/*.csv and figures/*.png there.
     """
-    from nbconvert import HTMLExporter
-
     if isinstance(run_dirs, (str, os.PathLike)):
         run_dirs = [run_dirs]
     runs = [Path(run_dir).resolve() for run_dir in run_dirs]
@@ -43,11 +41,31 @@ def render_summary(run_dirs: list[Path] | list[str], output_dir: Path | None = N
     output.mkdir(parents=True, exist_ok=True)
     executed = output / layout.SUMMARY_NOTEBOOK
     execute_notebook(notebook_path(), executed, {"run_dirs": [str(run) for run in runs], "output_dir": str(output)}, output / layout.KERNEL_LOG)
-    exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
-    body, _ = exporter.from_notebook_node(nbformat.read(executed, as_version=4))
     html = output / layout.SUMMARY_HTML
-    html.write_text(body, encoding="utf-8")
+    html.write_text(notebook_html(nbformat.read(executed, as_version=4), code=False), encoding="utf-8")
     return html
+
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+def notebook_html(notebook: nbformat.NotebookNode, code: bool) -> str:
+    """`notebook` as one HTML page (the kit's one rendering path: the summary, `compare`'s report, `publish`'s pages):
+    JupyterLab's look, images embedded, no script fetched from a CDN; without its code cells' input unless `code`."""
+    from nbconvert import HTMLExporter
+
+    exporter = HTMLExporter(
+        template_name="offline", extra_template_basedirs=[str(TEMPLATES)], embed_images=True,
+        exclude_input=not code, exclude_input_prompt=not code, exclude_output_prompt=not code,
+    )  # fmt: skip
+    body, _ = exporter.from_notebook_node(notebook)
+    return body
+
+
+def markdown_html(title: str, markdown: str) -> str:
+    """A page of Markdown (its tables, links and images), rendered as a notebook is (`notebook_html`)."""
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(markdown)], metadata={"title": title})
+    return notebook_html(notebook, code=False)
 
 
 def _display_notes(notes: list[str]) -> None:
@@ -95,11 +113,15 @@ def show_table(table: pd.DataFrame, output_dir: str | os.PathLike[str], name: st
     _display_notes(notes)
 
 
-def show_findings(sentences: list[str]) -> None:
-    """In the notebook: the findings, under a heading, as a list."""
+def show_findings(sentences: list[str], output_dir: str | os.PathLike[str] | None = None) -> None:
+    """In the notebook: the findings, under a heading, as a list; saved as findings.md in `output_dir` where given
+    (`publish` shows them in its index)."""
     from IPython.display import Markdown, display
 
-    display(Markdown("## Findings\n\n" + "\n".join(f"- {sentence}" for sentence in sentences)))
+    listed = "\n".join(f"- {sentence}" for sentence in sentences)
+    if output_dir is not None:
+        (Path(output_dir) / layout.FINDINGS_FILE).write_text(listed + "\n", encoding="utf-8")
+    display(Markdown("## Findings\n\n" + listed))
 
 
 def show_figure(figure: Figure, output_dir: str | os.PathLike[str], name: str) -> None:

@@ -4,15 +4,16 @@ recomputed, so that a reader can check the row against that file (kept, with `ml
 given; the trace is off, and LoadGen's other files are not kept).
 
 LoadGen's settings that the kit sets (every other one is LoadGen's default): the scenario, PerformanceOnly, the minimum
-duration and query count, the server's target rate and latency bound (at the 99th percentile, LoadGen's default), the
-queries' samples in MultiStream, and the expected rate or latency that LoadGen sizes its queries by. A result is VALID
-when LoadGen says so: the minimum duration and query count are met, early stopping is satisfied (at the 99th percentile
-that takes several hundred queries) and, for the server, the latency bound holds.
+duration and query count, the server's target rate and latency bound, the percentile latency is judged at where one is
+given (`latency_percentile`; else LoadGen's, MLPerf's: 90 in SingleStream, 99 in MultiStream and Server), the queries'
+samples in MultiStream, and the expected rate or latency that LoadGen sizes its queries by. A result is VALID when
+LoadGen says so: the minimum duration and query count are met, early stopping is satisfied (at the 99th percentile that
+takes several hundred queries, at the 90th a few dozen) and, for the server, the latency bound holds.
 
 When generating (`LoadSettings.new_tokens`), LoadGen measures token latencies (`use_token_latencies`): each batch's first
 token is reported with `FirstTokenComplete` from inside the generation loop and its completion with the number of tokens
 made, and LoadGen prints percentiles of the time to first token and of the time per output token (the rest of a
-request's latency over its tokens after the first). A server result is then judged by both at the 99th percentile
+request's latency over its tokens after the first). A server result is then judged by both at the server's percentile
 (`ttft_bound_s`, `tpot_bound_s`) and not by the whole request's latency, and the server and Offline are judged by tokens
 per second.
 """
@@ -36,11 +37,10 @@ from benchlib.store.layout import LOADGEN_SUMMARY as SUMMARY_FILE
 LOADGEN_DISTRIBUTION = "mlcommons-loadgen"
 LOADGEN_SCENARIOS: dict[str, str] = {"single-stream": "SingleStream", "multi-stream": "MultiStream", "server": "Server", "offline": "Offline"}
 KEPT_FILES: tuple[str, ...] = (SUMMARY_FILE, DETAIL_FILE)
-# The figure each scenario is judged by, as LoadGen's summary names it.
-RESULT_FIGURE: dict[str, str] = {
-    "single-stream": "90.0th percentile latency (ns)", "multi-stream": "99.0th percentile latency (ns)",
-    "server": "Completed samples per second", "offline": "Samples per second",
-}  # fmt: skip
+# The percentile each scenario's latency is judged at by default (LoadGen's, MLPerf's); Offline has none.
+MLPERF_PERCENTILE: dict[str, int] = {"single-stream": 90, "multi-stream": 99, "server": 99}
+# The figure the rate scenarios are judged by, as LoadGen's summary names it (the latency scenarios: `result_figure`).
+RESULT_FIGURE: dict[str, str] = {"server": "Completed samples per second", "offline": "Samples per second"}
 # When generating: the server and Offline are judged by tokens per second (the others as above).
 TOKEN_RESULT_FIGURE: dict[str, str] = {"server": "Completed tokens per second", "offline": "Tokens per second"}
 PERCENTILES: dict[str, str] = {"p50": "50.00 percentile latency (ns)", "p90": "90.00 percentile latency (ns)", "p99": "99.00 percentile latency (ns)"}
@@ -59,10 +59,17 @@ class LoadSettings:
     expected_qps: float  # LoadGen sizes Offline's one query and the schedule hints by it
     samples_per_query: int = 1  # MultiStream's samples per query
     target_qps: float | None = None  # Server: the Poisson arrival rate
-    latency_bound_s: float | None = None  # Server: the bound at the 99th percentile
+    latency_bound_s: float | None = None  # Server: the bound at the percentile
     new_tokens: int | None = None  # generating: the tokens each request makes (LoadGen's token latencies on); None: forward
-    ttft_bound_s: float | None = None  # Server, generating: the bound on the time to first token at the 99th percentile
-    tpot_bound_s: float | None = None  # Server, generating: the bound on the time per output token at the 99th percentile
+    ttft_bound_s: float | None = None  # Server, generating: the bound on the time to first token at the percentile
+    tpot_bound_s: float | None = None  # Server, generating: the bound on the time per output token at the percentile
+    latency_percentile: int | None = None  # the percentile latency is judged at; None: MLPERF_PERCENTILE
+
+    @property
+    def percentile(self) -> int | None:
+        """The percentile this test's latency is judged at (None in Offline)."""
+        default = MLPERF_PERCENTILE.get(self.scenario)
+        return default if default is None or self.latency_percentile is None else self.latency_percentile
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,7 @@ class LoadReport:
     figures: dict[str, str]
     folder: Path
     tokens: bool = False  # generating: LoadGen measured token latencies
+    percentile: int | None = None  # the percentile latency was judged at (None in Offline)
 
     def figure(self, name: str) -> float | None:
         """The summary's number `name` ("Samples per second"), or None where it does not print it."""
@@ -85,7 +93,10 @@ class LoadReport:
 
     @property
     def result_figure(self) -> str:
-        """The name of the figure this scenario is judged by (RESULT_FIGURE; TOKEN_RESULT_FIGURE when generating)."""
+        """The name of the figure this scenario is judged by: the judged percentile of latency (single-stream, multi-stream),
+        RESULT_FIGURE (a rate), TOKEN_RESULT_FIGURE when generating."""
+        if self.scenario in ("single-stream", "multi-stream"):
+            return f"{self.percentile:.1f}th percentile latency (ns)"
         return (TOKEN_RESULT_FIGURE if self.tokens else {}).get(self.scenario, RESULT_FIGURE[self.scenario])
 
     def latency_s(self, percentile: str, of: dict[str, str] = PERCENTILES) -> float | None:
@@ -116,6 +127,10 @@ def test_settings(settings: LoadSettings) -> object:
     test.min_duration_ms = max(1, round(settings.min_duration_s * 1000))
     test.min_query_count = settings.min_query_count
     expected_latency_ns = max(1, round(1e9 / settings.expected_qps))
+    if settings.latency_percentile is not None:
+        fraction = settings.latency_percentile / 100
+        test.single_stream_target_latency_percentile = test.multi_stream_target_latency_percentile = fraction
+        test.server_target_latency_percentile = fraction
     if settings.scenario == "single-stream":
         test.single_stream_expected_latency_ns = expected_latency_ns
     elif settings.scenario == "multi-stream":
@@ -182,7 +197,7 @@ def run_loadgen(
         for name in KEPT_FILES:
             shutil.copyfile(Path(scratch) / name, folder / name)
     figures = parse_summary((folder / SUMMARY_FILE).read_text(encoding="utf-8"))
-    return LoadReport(settings.scenario, figures.get("Result is") == "VALID", figures, folder, tokens=bool(tokens))
+    return LoadReport(settings.scenario, figures.get("Result is") == "VALID", figures, folder, tokens=bool(tokens), percentile=settings.percentile)
 
 
 def early_stopping_queries(report: LoadReport) -> int | None:

@@ -2,7 +2,7 @@
 
 ```
 <run>/                       machine_limits.json, machine_limits.<device>.ipynb, kernel.log,
-                             summary.ipynb, summary.html, tables/*.csv, figures/*.png, compare-<run>/
+                             summary.ipynb, summary.html, findings.md, tables/*.csv, figures/*.png, site/, compare-<run>/
 <run>/<environment>/         results.csv, environment.json, benchmark.ipynb (benchmark.round<N>.ipynb),
                              kernel.log, in_flight.json, .lock, results.cutoff.txt, results.<timestamp>.csv
 <run>/<environment>/loadgen_logs/<model>/<scenario>[.round<N>][.attempt<N>][.trial<N>]/
@@ -26,6 +26,8 @@ EXECUTED_NOTEBOOK = "benchmark.ipynb"
 LIMITS_FILE = "machine_limits.json"
 SUMMARY_NOTEBOOK = "summary.ipynb"
 SUMMARY_HTML = "summary.html"
+FINDINGS_FILE = "findings.md"
+SITE_DIR = "site"  # the run published as a static site (`publish`)  # the summary's findings, one sentence per line
 TABLES_DIR = "tables"
 FIGURES_DIR = "figures"
 COMPARE_CELLS = "cells.csv"

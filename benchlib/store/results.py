@@ -30,7 +30,7 @@ COLUMNS: tuple[str, ...] = (
     "workload", "new_tokens", "generate_s", "ttft_s", "ttft_samples_s", "tpot_s", "tpot_p90_s", "tpot_samples_s",
     "tokens_per_s", "token_agreement", "first_divergence", "token_clock",
     "scenario", "trial", "target_qps", "max_qps", "valid", "samples_per_s", "latency_p50_s", "latency_p90_s", "latency_p99_s",
-    "loadgen_metric", "loadgen_value", "loadgen_log", "ttft_p99_s", "tpot_p99_s",
+    "loadgen_metric", "loadgen_value", "loadgen_log", "ttft_p99_s", "tpot_p99_s", "latency_percentile",
 )  # fmt: skip
 # Columns that hold a JSON list of seconds per sample, read back as lists.
 SAMPLE_COLUMNS: tuple[str, ...] = ("samples_s", "ttft_samples_s", "tpot_samples_s")
@@ -173,6 +173,13 @@ def results_table(rows: pd.DataFrame, value: str = "mean_s") -> pd.DataFrame:
     return table.reindex(columns=order).fillna("")
 
 
+def judged_percentile(row: pd.Series) -> int:
+    """The percentile a load row's latency was judged at: its `latency_percentile`, or for rows written before that
+    column, MLPerf's (90 in single-stream, 99 otherwise)."""
+    value = pd.to_numeric(row.get("latency_percentile"), errors="coerce")
+    return int(value) if pd.notna(value) else 90 if row["scenario"] == "single-stream" else 99
+
+
 def scenario_figure(row: pd.Series) -> str:
     """A load scenario's result in a few characters, from LoadGen's figures in its row: `p90 12.3 ms` (single-stream),
     `p99 45.6 ms` (multi-stream, per query), `max 78.9/s` (server), `123/s` (offline); `INVALID` marks LoadGen's verdict."""
@@ -182,8 +189,7 @@ def scenario_figure(row: pd.Series) -> str:
     elif scenario == "offline":
         figure = f"{float(row['samples_per_s']):.4g}/s"
     else:
-        percentile = "p90" if scenario == "single-stream" else "p99"
-        figure = f"{percentile} {float(row['loadgen_value']) * 1e-6:.3g} ms"
+        figure = f"p{judged_percentile(row)} {float(row['loadgen_value']) * 1e-6:.3g} ms"
     return figure if str(row["valid"]) == "True" or scenario == "server" else f"{figure} (INVALID)"
 
 

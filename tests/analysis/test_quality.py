@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from benchlib.analysis import quality
+from benchlib.report import plots
 from benchlib.store.results import COLUMNS, read_results
 
 matplotlib.use("Agg")
@@ -77,12 +78,12 @@ def test_peak_memory_table_shows_mib_and_statuses():
 
 
 def test_peak_memory_plot_has_labels_with_units():
-    figure = quality.plot_peak_memory(rows())
+    figure = plots.peak_memory(rows())
     axis = figure.axes[0]
     assert axis.get_ylabel() == "peak memory (MiB)" and axis.get_xlabel() == "sequence length (tokens)"
     assert axis.get_title() == "gpt2" and len(axis.get_lines()) >= 3
     with pytest.raises(ValueError, match="no ok cell has a peak_memory_bytes value"):
-        quality.plot_peak_memory(rows().iloc[[2]])
+        plots.peak_memory(rows().iloc[[2]])
 
 
 # ---------------------------------------------------------------- interference and the speed probe
@@ -203,14 +204,14 @@ def test_probe_warns_above_10_percent_on_one_machine():
 
 def test_probe_plot_shows_milliseconds_over_time():
     table = quality.probe_table([probed("cpu-pytorch", [0.100, 0.102, 0.101]), probed("cpu-tensorflow", [0.115, 0.110], start=10), probed("gpu", [0.1], cpu="CPU Two")])
-    figure = quality.plot_probe(table)
+    figure = plots.speed_probe(table)
     axis = figure.axes[0]
     assert len(figure.axes) == 2  # one panel per machine
     assert axis.get_ylabel() == "probe time (ms)" and axis.get_xlabel() == "time (UTC)"
     assert "numpy float32 matmul" in figure.get_suptitle() and axis.get_title().startswith("CPU One, 2 cores (cpu): environments' medians vary 11%")
     assert sorted(max(line.get_ydata()) for line in axis.get_lines() if len(line.get_ydata()) > 1 and line.get_marker() == "o") == pytest.approx([102, 115])
     with pytest.raises(ValueError, match="no speed probe to plot"):
-        quality.plot_probe(table.iloc[:0])
+        plots.speed_probe(table.iloc[:0])
 
 
 def test_round_spread_per_environment() -> None:

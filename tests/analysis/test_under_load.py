@@ -10,7 +10,6 @@ import pytest
 
 from benchlib.analysis import load as under_load
 
-
 KINDS = {"cpu-pytorch": ("pytorch", "eager"), "cpu-onnxruntime": ("onnxruntime", "session")}
 
 
@@ -49,6 +48,15 @@ def test_the_fastest_per_scenario_and_where_the_ranking_under_load_differs() -> 
     ]
     alone = under_load.scenario_table(ROWS[ROWS["environment"] == "cpu-pytorch"])
     assert under_load.fastest_per_scenario(alone).empty  # one environment: no fastest to name
+
+
+def test_a_server_rate_above_offlines_is_named_as_a_test_too_short() -> None:
+    assert under_load.short_server_sentences(under_load.scenario_table(ROWS)) == []  # 40 < 100 and 55 < 90 samples/s
+    rows = pd.concat([ROWS, pd.DataFrame([load_row("cpu-onnxruntime", "server", 2, max_qps=130.0)])], ignore_index=True)  # median 92.5
+    assert under_load.short_server_sentences(under_load.scenario_table(rows)) == [
+        "For bert in cpu-onnxruntime, the server's largest VALID rate (92.5/s) is above what Offline reached (90 samples/s): its "
+        "tests were too short for a queue to build up (raise min_duration_s); the server cannot sustain more than Offline's rate."
+    ]
 
 
 def test_speed_ups_per_scenario_over_eager_pytorch_with_an_interval_over_rounds() -> None:

@@ -39,6 +39,7 @@ CASES = {
     "one new token": ({"new_tokens": 1}, "new_tokens: Input should be greater than or equal to 2"),
     "requests in a cell grid": ({"request_lengths": [32]}, "request_lengths: only a load scenario (single-stream, multi-stream, server, offline) has requests"),
     "a token bound on forward passes": ({"ttft_bound_ms": 200}, "ttft_bound_ms: a token bound needs workload: generate (a forward pass has no tokens)"),
+    "a latency percentile in a cell grid": ({"latency_percentile": 90}, "latency_percentile: only a load scenario (single-stream, multi-stream, server) is judged at a percentile"),
 }
 # The same, on a load scenario's grid (load-smoke).
 LOAD_CASES = {
@@ -51,6 +52,7 @@ LOAD_CASES = {
     "a negative batch timeout": ({"batch_timeout_ms": -1}, "batch_timeout_ms: Input should be greater than or equal to 0"),
     "no stream": ({"streams": 0}, "streams: Input should be greater than or equal to 1"),
     "a latency bound of 0": ({"latency_bound_ms": 0}, "latency_bound_ms: Input should be greater than 0"),
+    "a percentile LoadGen's summary has no column for": ({"latency_percentile": 95}, "latency_percentile: Input should be 90 or 99"),
     "a token bound under load on forward passes": ({"tpot_bound_ms": 50}, "tpot_bound_ms: a token bound needs workload: generate (a forward pass has no tokens)"),
     "no duration": ({"min_duration_s": 0}, "min_duration_s: Input should be greater than 0"),
     "no queries": ({"min_query_count": 0}, "min_query_count: Input should be greater than or equal to 1"),
@@ -88,7 +90,7 @@ def test_a_generating_server_without_both_token_bounds(tmp_path: Path, capsys: p
     assert main(["run", "--grid", "load-smoke", "--environments", "cpu-pytorch", "--params", str(bad), "--out", str(out)]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         "cpu-pytorch: tpot_bound_ms: the server scenario of workload generate is judged by the time to first token and per output "
-        "token at the 99th percentile; give ttft_bound_ms and tpot_bound_ms"
+        "token at latency_percentile; give ttft_bound_ms and tpot_bound_ms"
     ]
     assert not out.exists()
 

@@ -182,6 +182,28 @@ def test_the_summary_of_a_run_under_load_has_the_under_load_section(load_run: Pa
     assert sorted(speedups["scenario"]) == sorted(SCENARIOS) and set(speedups["verdict"]) == {"baseline"}
 
 
+@pytest.mark.e2e
+def test_a_latency_percentile_is_the_one_loadgen_judges_by_and_the_summary_names(tmp_path: Path) -> None:
+    """`latency_percentile: 90`: LoadGen is asked for it (its detail log says so), the multi-stream figure is LoadGen's 90th
+    percentile, the server's trials are judged at it, the rows say so, and the summary's column and plot name it."""
+    params = load_params(tmp_path, scenario=["multi-stream", "server"], latency_percentile=90, max_trials=2)
+    rows = run_environment(params, progress=False).set_index("scenario")
+    assert set(rows["status"]) == {"ok"} and set(rows["latency_percentile"]) == {90}, rows["reason"].tolist()
+    env_dir = tmp_path / "cpu-pytorch"
+    multi = rows.loc["multi-stream"]
+    assert multi["loadgen_metric"] == "90.0th percentile latency (ns)"
+    assert multi["loadgen_value"] == parse_summary((env_dir / multi["loadgen_log"] / LOADGEN_SUMMARY).read_text(encoding="utf-8"))[multi["loadgen_metric"]]
+    trials = read_results(env_dir, trials=True)
+    for log in [multi["loadgen_log"], *trials["loadgen_log"]]:
+        detail = (env_dir / log / LOADGEN_DETAIL).read_text(encoding="utf-8")
+        assert '"key": "effective_target_latency_percentile", "value": 0.9,' in detail, log
+    render_summary([tmp_path])
+    table = pd.read_csv(tmp_path / "tables" / "under_load.csv")
+    assert table.loc[0, "multi_stream_p90_ms"] == pytest.approx(float(multi["loadgen_value"]) * 1e-6)
+    assert "multi_stream_p99_ms" not in table and "single_stream_p90_ms" in table  # not measured: MLPerf's percentile, empty
+    assert (tmp_path / "figures" / "server_trials.png").stat().st_size > 0
+
+
 def generate_params(tmp_path: Path, environment: str, framework: str, mode: str, **overrides: object) -> dict:
     """Generation under load on the tiny distilgpt2: prompts of 8 and 16 tokens, 4 tokens each, bounds a tiny model meets."""
     values = load_params(

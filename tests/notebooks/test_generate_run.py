@@ -13,11 +13,12 @@ import yaml
 from benchlib import read_results
 from benchlib.backends.pytorch import bfloat16_unsupported
 from benchlib.config.jobs import environment_sets
-from benchlib.paths import PARAMETERS_DIR
+from benchlib.paths import PARAMETERS_DIR, PROJECT_ROOT
 from benchlib.status import OK, UNSUPPORTED
-from benchlib.store.layout import LIMITS_FILE
+from benchlib.store.layout import FINDINGS_FILE, LIMITS_FILE, SITE_DIR
 from tests.conftest import NetworkBlock, RunCli
 from tests.known_crashes import accepted_crash
+from tests.pages import site_problems
 
 GRID = yaml.safe_load((PARAMETERS_DIR / "grids" / "generate-smoke.yaml").read_text(encoding="utf-8"))
 GENERATING = environment_sets()["generate"]
@@ -99,3 +100,17 @@ def test_the_summary_of_a_generate_run_has_the_generation_section(generate_run: 
     assert len(claims) == 2 and set(claims["holds"]) <= {"holds", "does not hold", "inconclusive", "not checked"}
     assert not (tables / "framework_averages.csv").is_file() or pd.read_csv(tables / "framework_averages.csv").empty  # no forward cell
     assert not (generate_run / LIMITS_FILE).exists()  # nor the machine's limits, which only the forward passes' roofline uses
+
+
+@pytest.mark.e2e
+def test_the_run_is_published_as_a_site_with_each_environments_executed_notebook(generate_run: Path) -> None:
+    """`benchlib run` publishes the run it made (`<run>/site`): each environment's executed notebook rendered with its
+    code, its results beside it, the summary's findings on the run's page; every link resolves inside the site."""
+    site = generate_run / SITE_DIR
+    page = (site / generate_run.name / "index.html").read_text(encoding="utf-8")
+    assert "Findings" in page and (generate_run / FINDINGS_FILE).read_text(encoding="utf-8").startswith("- ")
+    for environment in GENERATING:
+        notebook = (site / generate_run.name / environment / "benchmark.html").read_text(encoding="utf-8")
+        assert "run_environment" in notebook and f'href="{environment}/benchmark.html"' in page  # the code, and the link to it
+        assert (site / generate_run.name / environment / "results.csv").is_file()
+    assert site_problems(site, [str(generate_run), str(PROJECT_ROOT)]) == []

@@ -1,0 +1,106 @@
+"""`python -m benchlib publish`: one or more runs as a static site that opens from its folder (`file://`) or any static
+host, with no network: an index (per run: its machine, date, grid, environments and findings), each run's page with its
+headline tables, its summary, each environment's executed notebooks rendered to HTML, and the CSV files beside them.
+Every link is relative, and no page names a path of the machine that made it.
+
+```
+<site>/index.html
+<site>/<run>/index.html, summary.html, tables/*.csv, figures/*.png
+<site>/<run>/<environment>/benchmark.html (benchmark.round<N>.html), results.csv, environment.json
+```
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import nbformat
+from tqdm.auto import tqdm
+
+from benchlib.report.reference import run_facts, run_tables
+from benchlib.report.render import markdown_html, notebook_html
+from benchlib.store import layout
+
+INDEX = "index.html"
+
+
+def _site_names(run_dirs: Sequence[Path]) -> list[str]:
+    """A folder name per run: its own name, numbered where two runs share one."""
+    names: list[str] = []
+    for run in run_dirs:
+        name, number = run.name, 2
+        while name in names:
+            name, number = f"{run.name}-{number}", number + 1
+        names.append(name)
+    return names
+
+
+def _copy(source: Path, target: Path) -> bool:
+    if not source.exists():
+        return False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if source.is_dir():
+        shutil.copytree(source, target, dirs_exist_ok=True)
+    else:
+        shutil.copyfile(source, target)
+    return True
+
+
+def _notebook_pages(env_dir: Path, site_env: Path) -> list[str]:
+    """Each executed notebook of an environment rendered to HTML (with its code: it is the record); their file names."""
+    pages = []
+    for notebook in sorted(env_dir.glob(f"{Path(layout.EXECUTED_NOTEBOOK).stem}*.ipynb")):
+        page = site_env / notebook.with_suffix(".html").name
+        page.write_text(notebook_html(nbformat.read(notebook, as_version=4), code=True), encoding="utf-8")
+        pages.append(page.name)
+    return pages
+
+
+def publish_run(run_dir: Path, site_run: Path) -> str:
+    """One run's part of the site, in `site_run`; returns its index's Markdown entry (for the site's index)."""
+    site_run.mkdir(parents=True, exist_ok=True)
+    links = []
+    if _copy(run_dir / layout.SUMMARY_HTML, site_run / layout.SUMMARY_HTML):
+        links.append(f"- [The summary]({layout.SUMMARY_HTML})")
+    for folder in (layout.TABLES_DIR, layout.FIGURES_DIR):
+        _copy(run_dir / folder, site_run / folder)
+    for env_dir in layout.environment_dirs(run_dir):
+        site_env = site_run / env_dir.name
+        site_env.mkdir(parents=True, exist_ok=True)
+        files = [name for name in (layout.RESULTS_FILE, layout.ENVIRONMENT_FILE) if _copy(env_dir / name, site_env / name)]
+        pages = _notebook_pages(env_dir, site_env)
+        shown = [f"[{page}]({env_dir.name}/{page})" for page in pages] + [f"[{name}]({env_dir.name}/{name})" for name in files]
+        links.append(f"- `{env_dir.name}`: " + ", ".join(shown or ["no file"]))
+    findings = run_dir / layout.FINDINGS_FILE
+    found = findings.read_text(encoding="utf-8").strip() if findings.is_file() else ""
+    facts = run_facts(run_dir)
+    page = "\n\n".join(part for part in (
+        f"# {run_dir.name}", "[All runs](../index.html)", facts, "## Findings\n\n" + found if found else "",
+        "## Pages and files\n\n" + "\n".join(links), run_tables(run_dir),
+    ) if part)  # fmt: skip
+    (site_run / INDEX).write_text(markdown_html(run_dir.name, page), encoding="utf-8")
+    return "\n\n".join(part for part in (f"## [{run_dir.name}]({site_run.name}/{INDEX})", facts, found) if part)
+
+
+def publish(run_dirs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], progress: bool = True) -> Path:
+    """Publish `run_dirs` as a static site in `out` (see the module's docstring); returns the index's path."""
+    runs = [Path(run_dir).resolve() for run_dir in run_dirs]
+    if not runs:
+        raise ValueError("RUN: give at least one run folder")
+    for run in runs:
+        if not layout.environment_dirs(run):
+            raise ValueError(f"RUN: {run} is not a run folder (no environment folder with a {layout.RESULTS_FILE})")
+    site = Path(out).resolve()
+    if site in runs:
+        raise ValueError(f"--out: {site} is a run folder; give a folder of its own (e.g. {site / layout.SITE_DIR})")
+    site.mkdir(parents=True, exist_ok=True)
+    entries = [
+        publish_run(run, site / name)
+        for run, name in tqdm(list(zip(runs, _site_names(runs))), desc="publish", unit="run", disable=not progress)
+    ]  # fmt: skip
+    index = site / INDEX
+    index.write_text(markdown_html("benchlib runs", "# Runs\n\n" + "\n\n".join(entries)), encoding="utf-8")
+    return index
