@@ -8,7 +8,11 @@ The public surface, what a notebook needs (everything else is reachable in its p
 - read: `read_results(folder)` the rows of one environment, `results_table(rows)` its times as a
   model x shape table, `load_runs(run_dirs)` every environment of one or more runs;
 - compare and show: `compare_runs(run_a, run_b)` run B against run A (cells, environments, verdicts),
-  `render_summary(run_dirs)` the summary notebook executed and rendered to HTML.
+  `render_summary(run_dirs)` the summary notebook executed and rendered to HTML;
+- summarise: what notebooks/summary.ipynb is built from, and imports from here only: the analysis modules (`runs`,
+  `tables`, `speedups`, `spreadsheet`, `generation`, `under_load`, `quality`, `variance`, `efficiency`,
+  `machine_limits`), `plots`, `claims_table`, `display_path`, and `show_table`, `show_figure`, `show_findings`, which
+  show (and save) a table, a figure and the findings in a notebook.
 
 Importing `benchlib` is cheap: these names are imported at their first use (PEP 562), so that a
 benchmark kernel never imports the analysis or the plotting libraries.
@@ -45,27 +49,62 @@ _EXPORTS: dict[str, str] = {
     "load_runs": "benchlib.analysis.runs",
     "compare_runs": "benchlib.analysis.compare",
     "render_summary": "benchlib.report.render",
+    "claims_table": "benchlib.analysis.claims",
+    "display_path": "benchlib.paths",
+    "show_table": "benchlib.report.render",
+    "show_figure": "benchlib.report.render",
+    "show_findings": "benchlib.report.render",
 }
+# The modules the summary notebook uses, by the name it uses, imported when first used.
+_MODULES: dict[str, str] = {
+    "runs": "benchlib.analysis.runs", "tables": "benchlib.analysis.tables", "speedups": "benchlib.analysis.speedups",
+    "spreadsheet": "benchlib.analysis.spreadsheet", "generation": "benchlib.analysis.generation", "under_load": "benchlib.analysis.load",
+    "quality": "benchlib.analysis.quality", "variance": "benchlib.analysis.variance", "efficiency": "benchlib.analysis.efficiency",
+    "machine_limits": "benchlib.measure.peak", "plots": "benchlib.report.plots",
+}  # fmt: skip
 
-__all__ = ["__version__", *_EXPORTS]
+__all__ = ["__version__", *_EXPORTS, *_MODULES]
 
 if TYPE_CHECKING:  # for type checkers and editors; at run time `__getattr__` imports them when first used
+    from benchlib.analysis import (
+        efficiency,
+        generation,
+        quality,
+        runs,
+        speedups,
+        spreadsheet,
+        tables,
+        variance,
+    )
+    from benchlib.analysis import load as under_load
+    from benchlib.analysis.claims import claims_table
     from benchlib.analysis.compare import compare_runs
     from benchlib.analysis.runs import load_runs
     from benchlib.config.jobs import plan_run
     from benchlib.launch.local import run_jobs
+    from benchlib.measure import peak as machine_limits
     from benchlib.measure.sweep import run_environment
-    from benchlib.report.render import render_summary
+    from benchlib.paths import display_path
+    from benchlib.report import plots
+    from benchlib.report.render import (
+        render_summary,
+        show_figure,
+        show_findings,
+        show_table,
+    )
     from benchlib.store.results import read_results, results_table
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
+    if name in _MODULES:
+        value = importlib.import_module(_MODULES[name])
+    elif name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
     globals()[name] = value  # later uses find it directly
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+    return sorted({*globals(), *_EXPORTS, *_MODULES})

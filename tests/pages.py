@@ -28,15 +28,19 @@ def references(page: Path) -> list[tuple[str, str, str]]:
     return parser.found
 
 
+TEXT_FILES = ("*.html", "*.csv", "*.json", "*.md")
+
+
 def site_problems(site: Path, machine_paths: list[str]) -> list[str]:
-    """What is wrong with the static site in `site`: a local link or image that does not resolve to a file inside it, a
-    reference with a scheme other than http(s) and data (file:, an absolute path), anything loaded from the network (a
-    script, an image or a style sheet with an http(s) address; a link to a page elsewhere is allowed), or a page that
-    holds one of `machine_paths`."""
+    """What is wrong with the static site in `site`: a file (a page, a CSV, a JSON or Markdown file) that holds one of
+    `machine_paths`; in a page, a local link or image that does not resolve to a file inside the site, a reference with
+    a scheme other than http(s) and data (file:, an absolute path), or anything loaded from the network (a script, an
+    image or a style sheet with an http(s) address; a link to a page elsewhere is allowed)."""
     problems = []
+    for file in sorted(path for pattern in TEXT_FILES for path in site.rglob(pattern)):
+        text = file.read_text(encoding="utf-8")
+        problems += [f"{file}: holds {path}" for path in machine_paths if path in text]
     for page in sorted(site.rglob("*.html")):
-        text = page.read_text(encoding="utf-8")
-        problems += [f"{page}: holds {path}" for path in machine_paths if path in text]
         for tag, attribute, value in references(page):
             parts = urlsplit(value)
             if parts.scheme == "data" or (not parts.scheme and not parts.path):  # embedded, or an anchor in the page

@@ -14,7 +14,12 @@ import pytest
 
 import benchlib
 
-PUBLIC = {"run_environment", "plan_run", "run_jobs", "load_runs", "read_results", "results_table", "compare_runs", "render_summary"}
+PUBLIC = {
+    "run_environment", "plan_run", "run_jobs", "load_runs", "read_results", "results_table", "compare_runs", "render_summary",
+    "claims_table", "display_path", "show_table", "show_figure", "show_findings",
+}  # fmt: skip
+# The modules the summary notebook is built from, offered by name.
+MODULES = {"runs", "tables", "speedups", "spreadsheet", "generation", "under_load", "quality", "variance", "efficiency", "machine_limits", "plots"}
 # Imported by `import benchlib` alone: none of these (the frameworks, pandas and the plotting libraries, the analysis).
 HEAVY = (
     "torch", "tensorflow", "transformers", "onnxruntime", "openvino", "pandas", "numpy", "scipy", "matplotlib", "seaborn",
@@ -51,8 +56,31 @@ def test_the_benchmark_kernel_does_not_import_the_analysis_or_plotting() -> None
     assert found == []
 
 
+def test_the_summary_notebook_imports_only_the_public_api() -> None:
+    """notebooks/summary.ipynb takes the kit only from `benchlib`'s public names (`from benchlib import ...`)."""
+    import ast
+
+    import nbformat
+
+    from benchlib.paths import SUMMARY_NOTEBOOK
+
+    imported = set()
+    for cell in nbformat.read(SUMMARY_NOTEBOOK, as_version=4).cells:
+        if cell.cell_type != "code":
+            continue
+        for node in ast.walk(ast.parse(cell.source)):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("benchlib"):
+                assert node.module == "benchlib", f"the summary notebook imports {node.module}: take it from benchlib's public API"
+                imported |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.Import):
+                assert not any(alias.name.startswith("benchlib") for alias in node.names), ast.unparse(node)
+    assert imported and imported <= set(benchlib.__all__), imported - set(benchlib.__all__)
+
+
 def test_every_public_name_resolves_to_its_home() -> None:
-    assert set(benchlib.__all__) == PUBLIC | {"__version__"}
+    assert set(benchlib.__all__) == PUBLIC | MODULES | {"__version__"}
+    for name in MODULES:
+        assert getattr(benchlib, name).__name__.startswith("benchlib."), name
     assert set(benchlib.__all__) <= set(dir(benchlib))
     for name in PUBLIC:
         value = getattr(benchlib, name)

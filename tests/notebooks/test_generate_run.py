@@ -103,9 +103,10 @@ def test_the_summary_of_a_generate_run_has_the_generation_section(generate_run: 
 
 
 @pytest.mark.e2e
-def test_the_run_is_published_as_a_site_with_each_environments_executed_notebook(generate_run: Path) -> None:
+def test_the_run_is_published_as_a_site_with_each_environments_executed_notebook(generate_run: Path, user_models: dict[str, Path]) -> None:
     """`benchlib run` publishes the run it made (`<run>/site`): each environment's executed notebook rendered with its
-    code, its results beside it, the summary's findings on the run's page; every link resolves inside the site."""
+    code, its results beside it, the summary's findings on the run's page; every link resolves inside the site, and no
+    file names the run's folder, the user's model folder or the kit's folder."""
     site = generate_run / SITE_DIR
     page = (site / generate_run.name / "index.html").read_text(encoding="utf-8")
     assert "Findings" in page and (generate_run / FINDINGS_FILE).read_text(encoding="utf-8").startswith("- ")
@@ -113,4 +114,4 @@ def test_the_run_is_published_as_a_site_with_each_environments_executed_notebook
         notebook = (site / generate_run.name / environment / "benchmark.html").read_text(encoding="utf-8")
         assert "run_environment" in notebook and f'href="{environment}/benchmark.html"' in page  # the code, and the link to it
         assert (site / generate_run.name / environment / "results.csv").is_file()
-    assert site_problems(site, [str(generate_run), str(PROJECT_ROOT)]) == []
+    assert site_problems(site, [str(generate_run), str(user_models["llama"]), str(PROJECT_ROOT)]) == []
