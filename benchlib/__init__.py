@@ -55,12 +55,14 @@ _EXPORTS: dict[str, str] = {
     "show_figure": "benchlib.report.render",
     "show_findings": "benchlib.report.render",
 }
-# The modules the summary notebook uses, by the name it uses, imported when first used.
+# The modules the summary notebook uses, by their own names and two by the names it gives them, imported when first used.
 _MODULES: dict[str, str] = {
-    "runs": "benchlib.analysis.runs", "tables": "benchlib.analysis.tables", "speedups": "benchlib.analysis.speedups",
-    "spreadsheet": "benchlib.analysis.spreadsheet", "generation": "benchlib.analysis.generation", "under_load": "benchlib.analysis.load",
-    "quality": "benchlib.analysis.quality", "variance": "benchlib.analysis.variance", "efficiency": "benchlib.analysis.efficiency",
-    "machine_limits": "benchlib.measure.peak", "plots": "benchlib.report.plots",
+    **{path.rpartition(".")[2]: path for path in (
+        "benchlib.analysis.runs", "benchlib.analysis.tables", "benchlib.analysis.speedups", "benchlib.analysis.spreadsheet",
+        "benchlib.analysis.generation", "benchlib.analysis.quality", "benchlib.analysis.variance", "benchlib.analysis.efficiency",
+        "benchlib.report.plots",
+    )},
+    "under_load": "benchlib.analysis.load", "machine_limits": "benchlib.measure.peak",
 }  # fmt: skip
 
 __all__ = ["__version__", *_EXPORTS, *_MODULES]
