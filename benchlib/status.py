@@ -15,7 +15,7 @@ MEANINGS: dict[str, str] = {
     OK: "measured: the row has its times (a load scenario's: LoadGen's figures)",
     TOO_LONG: "the sequence (a prompt and its new tokens) is longer than the model's maximum positions, as in the study; not run",
     OOM: "the device, or the kernel's `memory_limit_gb`, ran out of memory building or running the model at this size; under "
-    "`memory_limit_gb`, also a kernel that died with its data memory at 90% of the limit or more, or with a `MemoryError`",
+    "`memory_limit_gb`, also a kernel that died with its data memory near the limit, or with a `MemoryError`",
     UNSUPPORTED: "this framework, mode or precision cannot run this model (or its package is not installed); `reason` says why",
     ERROR: "anything else went wrong, `reason` holds the message; also a measured cell whose output differs from eager PyTorch "
     "float32's beyond its precision's tolerance: its times are kept, but no table uses them",

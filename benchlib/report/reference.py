@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import re
 import types
@@ -230,13 +231,27 @@ def readme_table() -> str:
 
 GENERATED = re.compile(r"<!-- generated: ([a-z-]+) -->")
 DEFAULT = re.compile(r"<!-- default: ([a-z_]+) -->")
+# A module's constant: `<!-- constant: benchlib.measure.timing.WARMUP_TOLERANCE % -->` (a fraction as a percentage),
+# `... GEMM_SIZE[cpu] -->` (a key of a mapping), a unit `ms` (seconds as milliseconds) or `MiB` (bytes).
+CONSTANT = re.compile(r"<!-- constant: (benchlib(?:\.[a-z_]+)+)\.([A-Z_]+)(?:\[([a-z]+)\])?(?: (%|ms|MiB))? -->")
+UNITS: dict[str | None, Callable[[float], str]] = {
+    None: lambda value: f"{value:g}", "%": lambda value: f"{value * 100:g}%", "ms": lambda value: f"{value * 1000:g} ms",
+    "MiB": lambda value: f"{value / 2**20:g} MiB",
+}  # fmt: skip
+
+
+def constant(match: re.Match[str]) -> str:
+    """The value of the module constant a CONSTANT marker names, in its unit."""
+    module, name, key, unit = match.groups()
+    value = getattr(importlib.import_module(module), name)
+    return UNITS[unit](value[key] if key else value)
 REFERENCE_RUN_LINK = "reference-run/index.html"  # where docs/hooks.py publishes outputs/reference in the site
 
 
 def fill(markdown: str, parser: argparse.ArgumentParser) -> str:
     """A page's Markdown with each `<!-- generated: NAME -->` replaced by `generate(NAME)` (the command line's from
-    `parser`, `reference-run` from outputs/reference, linked to its published site) and each `<!-- default: FIELD -->`
-    by that parameter's default."""
+    `parser`, `reference-run` from outputs/reference, linked to its published site), each `<!-- default: FIELD -->`
+    by that parameter's default and each CONSTANT marker by the constant's value."""
 
     def generated(match: re.Match[str]) -> str:
         name = match.group(1)
@@ -249,7 +264,7 @@ def fill(markdown: str, parser: argparse.ArgumentParser) -> str:
             raise KeyError(f"no parameter {match.group(1)!r} for a default")
         return _default(BenchmarkParams.model_fields[match.group(1)])
 
-    return DEFAULT.sub(default, GENERATED.sub(generated, markdown))
+    return CONSTANT.sub(constant, DEFAULT.sub(default, GENERATED.sub(generated, markdown)))
 
 
 PAGES: dict[str, Callable[[], str]] = {

@@ -16,6 +16,7 @@ from benchlib import status
 from benchlib.cli import build_parser
 from benchlib.config.jobs import available
 from benchlib.config.params import BenchmarkParams
+from benchlib.measure import peak, timing
 from benchlib.paths import PROJECT_ROOT
 from benchlib.report import reference
 from tests.pages import site_problems
@@ -60,6 +61,8 @@ def test_a_marker_is_filled_and_an_unknown_one_is_refused() -> None:
         reference.fill("<!-- generated: nothing -->", parser)
     with pytest.raises(KeyError, match="no parameter 'nothing'"):
         reference.fill("<!-- default: nothing -->", parser)
+    constants = "<!-- constant: benchlib.measure.timing.WARMUP_TOLERANCE % -->, <!-- constant: benchlib.measure.peak.GEMM_SIZE[cpu] -->"
+    assert reference.fill(constants, parser) == f"{timing.WARMUP_TOLERANCE * 100:g}%, {peak.GEMM_SIZE['cpu']}"
 
 
 def test_the_readme_table_is_the_reference_runs_and_the_readme_is_short() -> None:
@@ -90,7 +93,7 @@ def test_the_site_builds_strict_with_every_page_generated_and_the_reference_run_
     assert sorted(listed) == sorted(path.name for path in (PROJECT_ROOT / "docs").glob("*.md"))  # every page in the navigation
     for page in listed:
         html = (site / page).with_suffix(".html").read_text(encoding="utf-8")
-        assert "<!-- generated:" not in html and "<!-- default:" not in html, page
+        assert not any(f"<!-- {kind}:" in html for kind in ("generated", "default", "constant")), page
     parameters = (site / "parameters.html").read_text(encoding="utf-8")
     assert all(f"<code>{name}</code>" in parameters for name in BenchmarkParams.model_fields)
     published = site / "reference-run"
