@@ -2,8 +2,9 @@
 `BenchmarkParams`, the backends from the registry, the environments, grids and sets from `parameters/`, the statuses from
 `benchlib.status`, the command line from its argument parser, and a run's headline tables from its folder.
 
-`docs/hooks.py` puts each in its page when MkDocs builds the site (`<!-- generated: NAME -->` in the page's Markdown);
-`generate(NAME)` is what replaces the marker.
+`docs/hooks.py` fills each page when MkDocs builds the site (`fill`): `<!-- generated: NAME -->` becomes a table,
+`<!-- default: FIELD -->` a parameter's default and `<!-- constant: MODULE.NAME -->` a module's constant, so that prose
+names no value by hand either. The README's table of the reference run is `readme_table`, which a test holds it to.
 """
 
 from __future__ import annotations
