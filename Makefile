@@ -37,9 +37,10 @@ docs: $(INSTALLED)
 install: $(INSTALLED)
 
 # The browser test opens the kit's pages in Debian's headless Chromium through its driver: installed when missing
-# (as root, or with sudo).
+# (as root, or with sudo; the package lists refreshed if the first try fails). Where neither works, the tests still run
+# and the browser test says what to install.
 $(BROWSER):
-	$(SUDO) apt-get install -y chromium chromium-driver
+	-$(SUDO) apt-get install -y chromium chromium-driver || ($(SUDO) apt-get update && $(SUDO) apt-get install -y chromium chromium-driver)
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
