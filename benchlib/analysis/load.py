@@ -27,10 +27,9 @@ import pandas as pd
 from benchlib import status
 from benchlib.analysis import significance
 from benchlib.analysis.comparisons import BASELINE, BASELINE_VERDICT
-from benchlib.scenarios.loadgen import MLPERF_PERCENTILE
 from benchlib.store.environment import read_environment
 from benchlib.store.layout import environment_dirs
-from benchlib.store.results import CELL_SCENARIO, judged_percentile, read_results
+from benchlib.store.results import CELL_SCENARIO, MLPERF_PERCENTILE, judged_percentile, read_results
 
 SCENARIO_ORDER: tuple[str, ...] = ("single-stream", "multi-stream", "server", "offline")
 # Per scenario: the table's column (a latency's with its percentile: `figure_column`), how a row gives it, and whether

@@ -33,12 +33,11 @@ import numpy as np
 from benchlib.scenarios.serving import Request, ServingLoop, StreamCall
 from benchlib.store.layout import LOADGEN_DETAIL as DETAIL_FILE
 from benchlib.store.layout import LOADGEN_SUMMARY as SUMMARY_FILE
+from benchlib.store.results import MLPERF_PERCENTILE
 
 LOADGEN_DISTRIBUTION = "mlcommons-loadgen"
 LOADGEN_SCENARIOS: dict[str, str] = {"single-stream": "SingleStream", "multi-stream": "MultiStream", "server": "Server", "offline": "Offline"}
 KEPT_FILES: tuple[str, ...] = (SUMMARY_FILE, DETAIL_FILE)
-# The percentile each scenario's latency is judged at by default (LoadGen's, MLPerf's); Offline has none.
-MLPERF_PERCENTILE: dict[str, int] = {"single-stream": 90, "multi-stream": 99, "server": 99}
 # The figure the rate scenarios are judged by, as LoadGen's summary names it (the latency scenarios: `result_figure`).
 RESULT_FIGURE: dict[str, str] = {"server": "Completed samples per second", "offline": "Samples per second"}
 # When generating: the server and Offline are judged by tokens per second (the others as above).

@@ -173,11 +173,16 @@ def results_table(rows: pd.DataFrame, value: str = "mean_s") -> pd.DataFrame:
     return table.reindex(columns=order).fillna("")
 
 
+# The percentile each load scenario's latency is judged at by default (LoadGen's, MLPerf's; Offline has none): what a
+# run asks LoadGen for when `latency_percentile` is not given, and what a row written before that column was judged at.
+MLPERF_PERCENTILE: dict[str, int] = {"single-stream": 90, "multi-stream": 99, "server": 99}
+
+
 def judged_percentile(row: pd.Series) -> int:
     """The percentile a load row's latency was judged at: its `latency_percentile`, or for rows written before that
-    column, MLPerf's (90 in single-stream, 99 otherwise)."""
+    column, MLPERF_PERCENTILE's."""
     value = pd.to_numeric(row.get("latency_percentile"), errors="coerce")
-    return int(value) if pd.notna(value) else 90 if row["scenario"] == "single-stream" else 99
+    return int(value) if pd.notna(value) else MLPERF_PERCENTILE.get(row["scenario"], 99)
 
 
 def scenario_figure(row: pd.Series) -> str:
