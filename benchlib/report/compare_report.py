@@ -11,28 +11,13 @@ from pathlib import Path
 import pandas as pd
 
 from benchlib.analysis.compare import (
-    CELL_COLUMNS,
-    DEFAULT_ALPHA,
-    DEFAULT_THRESHOLD,
-    SLOWER,
-    CompareError,
-    RunComparison,
-    compare_runs,
-    signed_percent,
-    summary_lines,
+    CELL_COLUMNS, DEFAULT_ALPHA, DEFAULT_THRESHOLD, SLOWER, CompareError, RunComparison, compare_runs, signed_percent, summary_lines,
 )  # fmt: skip
 from benchlib.paths import display_path
 from benchlib.report.plots import change_plot, save_figure_file
 from benchlib.report.reference import markdown_table
 from benchlib.report.render import markdown_html
-from benchlib.store.layout import (
-    COMPARE_CELLS,
-    COMPARE_DIFFERENCES,
-    COMPARE_ENVIRONMENTS,
-    COMPARE_HTML,
-    COMPARE_PLOT,
-    compare_dir,
-)
+from benchlib.store.layout import COMPARE_CELLS, COMPARE_DIFFERENCES, COMPARE_ENVIRONMENTS, COMPARE_HTML, COMPARE_PLOT, compare_dir
 
 PERCENT_COLUMNS: tuple[str, ...] = ("change", "geomean_change", "ci95_low", "ci95_high")
 

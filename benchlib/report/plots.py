@@ -19,23 +19,12 @@ import seaborn as sns  # noqa: E402
 from matplotlib.colors import ListedColormap, LogNorm  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
-from matplotlib.ticker import (  # noqa: E402
-    FixedLocator,
-    NullLocator,
-    PercentFormatter,
-    ScalarFormatter,
-)
+from matplotlib.ticker import FixedLocator, NullLocator, PercentFormatter, ScalarFormatter  # noqa: E402
 
 from benchlib import status  # noqa: E402
 from benchlib.analysis import quality, significance  # noqa: E402
 from benchlib.analysis.comparisons import paired_cells  # noqa: E402
-from benchlib.analysis.runs import (  # noqa: E402
-    GENERATE,
-    NOT_MEASURED,
-    by_workload,
-    prepare,
-    shape_name,
-)
+from benchlib.analysis.runs import GENERATE, NOT_MEASURED, by_workload, prepare, shape_name  # noqa: E402
 from benchlib.analysis.significance import FASTER, SLOWER  # noqa: E402
 from benchlib.store.layout import figure_path  # noqa: E402
 from benchlib.store.results import judged_percentile  # noqa: E402
