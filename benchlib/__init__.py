@@ -9,10 +9,10 @@ The public surface, what a notebook needs (everything else is reachable in its p
   model x shape table, `load_runs(run_dirs)` every environment of one or more runs;
 - compare and show: `compare_runs(run_a, run_b)` run B against run A (cells, environments, verdicts),
   `render_summary(run_dirs)` the summary notebook executed and rendered to HTML;
-- summarise: what notebooks/summary.ipynb is built from, and imports from here only: the analysis modules (`runs`,
-  `tables`, `speedups`, `spreadsheet`, `generation`, `under_load`, `quality`, `variance`, `efficiency`,
-  `machine_limits`), `plots`, `claims_table`, `display_path`, and `show_table`, `show_figure`, `show_findings`, which
-  show (and save) a table, a figure and the findings in a notebook.
+- summarise: `sections`, the summary's parts, which notebooks/summary.ipynb shows (and imports from here only); the
+  analysis modules they are built from (`runs`, `tables`, `speedups`, `spreadsheet`, `generation`, `under_load`,
+  `quality`, `variance`, `efficiency`, `machine_limits`), `plots`, `claims_table`, `display_path`, and `show_table`,
+  `show_figure`, `show_findings`, which show (and save) a table, a figure and the findings in a notebook.
 
 Importing `benchlib` is cheap: these names are imported at their first use (PEP 562), so that a
 benchmark kernel never imports the analysis or the plotting libraries.
@@ -62,7 +62,7 @@ _MODULES: dict[str, str] = {
         "benchlib.analysis.generation", "benchlib.analysis.quality", "benchlib.analysis.variance", "benchlib.analysis.efficiency",
         "benchlib.report.plots",
     )},
-    "under_load": "benchlib.analysis.load", "machine_limits": "benchlib.measure.peak",
+    "under_load": "benchlib.analysis.load", "machine_limits": "benchlib.measure.peak", "sections": "benchlib.report.sections",
 }  # fmt: skip
 
 __all__ = ["__version__", *_EXPORTS, *_MODULES]
@@ -87,7 +87,7 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time `__getattr__` im
     from benchlib.measure import peak as machine_limits
     from benchlib.measure.sweep import run_environment
     from benchlib.paths import display_path
-    from benchlib.report import plots
+    from benchlib.report import plots, sections
     from benchlib.report.render import (
         render_summary,
         show_figure,

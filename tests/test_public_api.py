@@ -19,7 +19,7 @@ PUBLIC = {
     "claims_table", "display_path", "show_table", "show_figure", "show_findings",
 }  # fmt: skip
 # The modules the summary notebook is built from, offered by name.
-MODULES = {"runs", "tables", "speedups", "spreadsheet", "generation", "under_load", "quality", "variance", "efficiency", "machine_limits", "plots"}
+MODULES = {"runs", "tables", "speedups", "spreadsheet", "generation", "under_load", "quality", "variance", "efficiency", "machine_limits", "plots", "sections"}
 # Imported by `import benchlib` alone: none of these (the frameworks, pandas and the plotting libraries, the analysis).
 HEAVY = (
     "torch", "tensorflow", "transformers", "onnxruntime", "openvino", "pandas", "numpy", "scipy", "matplotlib", "seaborn",

@@ -1,5 +1,5 @@
 """Published claims checked on each device and machine of a run: the 2019 study's (`benchlib/data/claims_2019.yaml`,
-section 7 of the summary) and the 2022 post's on generation (`claims_2022.yaml`, checked on generate rows).
+the summary's section on them) and the 2022 post's on generation (`claims_2022.yaml`, checked on generate rows).
 
 A claim names a metric of METRICS: most are a `Ratio`, a time ratio over the paired cells of a comparison
 (`comparisons.COMPARISONS`, or one declared here) or of a distilled model and its teacher, computed by one function (`ratio_value`);

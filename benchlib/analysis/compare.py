@@ -19,6 +19,11 @@ practical threshold:
   `no clear difference` otherwise, `inconclusive` when a compared cell was disturbed in either run
   (or no cell could be compared). An environment found in only one run is `not compared`.
 
+A model is named by its short name (`runs.short_model_names`). Where both runs recorded a folder model's checkpoint
+(`model_digest`), one checkpoint found under two names (copied to two folders) is compared as one model, named as in
+A, and a note says so; a note also says when the runs hold different checkpoints under one name. The runs' `models`
+parameters are compared by checkpoint, not by folder.
+
 Where both runs measured an environment in two rounds or more, its threshold (for its cells and
 for itself) is raised to what the spread between processes could do alone (`variance.noise_floor`:
 the 95% half-width of a cell's change, from the median cell's spread within and between processes
@@ -41,10 +46,10 @@ from scipy.stats import mannwhitneyu
 from benchlib import status
 from benchlib.analysis import load as under_load
 from benchlib.analysis import significance, variance
-from benchlib.analysis.runs import NOT_MEASURED, Run, read_run
+from benchlib.analysis.runs import NOT_MEASURED, Run, read_run, run_models, short_model_names
 from benchlib.analysis.significance import FASTER, SLOWER
-from benchlib.store.layout import COMPARE_CELLS, COMPARE_DIFFERENCES, RESULTS_FILE
-from benchlib.store.results import CELL_KEY, CELL_SCENARIO
+from benchlib.store.layout import COMPARE_CELLS, COMPARE_DIFFERENCES, RESULTS_FILE, environment_dirs
+from benchlib.store.results import CELL_KEY, CELL_SCENARIO, read_results
 
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_ALPHA = 0.05
@@ -66,6 +71,7 @@ ENVIRONMENT_COLUMNS: tuple[str, ...] = (
 )  # fmt: skip
 DIFFERENCE_COLUMNS: tuple[str, ...] = ("environment", "section", "key", "a", "b")
 PRINTED_DIFFERENCES = 10
+SHOWN_DIGEST = 12  # hex digits of a checkpoint's digest shown in notes and differences
 
 
 class CompareError(ValueError):
@@ -83,6 +89,7 @@ class RunComparison:
     differences: pd.DataFrame
     threshold: float
     alpha: float
+    notes: tuple[str, ...] = ()  # models matched by checkpoint under other names, or one name holding two checkpoints
 
 
 # ---------------------------------------------------------------- loading
@@ -97,7 +104,51 @@ def _read_run(run_dir: str | os.PathLike[str]) -> Run:
     loaded, infos = under_load.compared_cells(run_dir)
     if not run.environments and loaded.empty:
         raise CompareError(f"{run_dir} is not a run: no <environment>/{RESULTS_FILE} with rows in it")
-    return Run(run.path, pd.concat([run.rows, loaded], ignore_index=True) if len(loaded) else run.rows, {**run.environments, **infos})
+    rows = short_model_names(pd.concat([run.rows, loaded], ignore_index=True) if len(loaded) else run.rows, run_models(run_dir))
+    digests = _digests(run_dir)
+    return Run(run.path, rows.assign(model_digest=[digests.get(path, "") for path in rows["model_path"]]), {**run.environments, **infos})
+
+
+def _digests(run_dir: str | os.PathLike[str]) -> dict[str, str]:
+    """Each model's checkpoint digest in a run (`model_digest`), by the name the run gave it; models without one are left out."""
+    found = {}
+    for env_dir in environment_dirs(run_dir):
+        rows = read_results(env_dir)
+        found.update({model: digest for model, digest in zip(rows["model"], rows["model_digest"]) if isinstance(digest, str) and digest})
+    return found
+
+
+# ---------------------------------------------------------------- models
+
+
+def _checkpoints(run: Run) -> dict[str, set[str]]:
+    """Each model's short name in `run` and the checkpoint digests its rows recorded (none for a catalogue entry)."""
+    found: dict[str, set[str]] = {}
+    for name, digest in zip(run.rows["model"], run.rows["model_digest"]):
+        found.setdefault(name, set()).update({digest} if digest else set())
+    return found
+
+
+def _short_digests(digests: set[str]) -> str:
+    """Checkpoint digests, shortened, for a note."""
+    return ", ".join(sorted(digest[:SHOWN_DIGEST] for digest in digests))
+
+
+def match_models(run_a: Run, run_b: Run) -> tuple[Run, list[str]]:
+    """Run B with each model that holds one of A's checkpoints (the same `model_digest`) under another name renamed to
+    A's name, so that their cells compare; and a note for each such model and for each name under which the two runs
+    hold different checkpoints."""
+    in_a, in_b = _checkpoints(run_a), _checkpoints(run_b)
+    renamed, notes = {}, []
+    for name_b, digests in in_b.items():
+        name_a = next((name for name, held in in_a.items() if held & digests), name_b)
+        if name_a != name_b and name_a not in in_b:
+            renamed[name_b] = name_a
+            notes.append(f"one checkpoint under two names: {name_a} in A, {name_b} in B (sha256 {_short_digests(in_a[name_a] & digests)}); compared as {name_a}")
+    for name in (name for name in in_a if name in in_b and name not in renamed):
+        if in_a[name] and in_b[name] and in_a[name] != in_b[name]:
+            notes.append(f"different checkpoints under one name: {name} is sha256 {_short_digests(in_a[name])} in A, {_short_digests(in_b[name])} in B")
+    return Run(run_b.path, run_b.rows.assign(model=run_b.rows["model"].replace(renamed)), run_b.environments), notes
 
 
 # ---------------------------------------------------------------- cells
@@ -213,20 +264,32 @@ def compare_environments(cells: pd.DataFrame, run_a: Run, run_b: Run, limits: di
 # ---------------------------------------------------------------- environment.json
 
 
-def _flatten(info: dict[str, Any]) -> dict[tuple[str, str], str]:
-    """(section, key) → value as text, for the compared sections of an environment.json."""
-    return {
+def _flatten(info: dict[str, Any], digests: dict[str, str]) -> dict[tuple[str, str], str]:
+    """(section, key) → value as text, for the compared sections of an environment.json; the `models` parameter's folders
+    by their checkpoint where `digests` (by the name the run gave a model) has it."""
+    flat = {
         (section, key): value if isinstance(value, str) else json.dumps(value, sort_keys=True)
         for section in SECTIONS for key, value in (info.get(section) or {}).items() if (section, key) not in IGNORED
     }  # fmt: skip
+    models = (info.get("parameters") or {}).get("models")
+    if isinstance(models, list):
+        flat[("parameters", "models")] = json.dumps([f"sha256 {digests[m][:SHOWN_DIGEST]}" if m in digests else m for m in models])
+    return flat
+
+
+def _run_digests(run: Run) -> dict[str, str]:
+    """Each model's checkpoint digest in `run`, by the name the run gave it (`model_path`)."""
+    return {path: digest for path, digest in zip(run.rows["model_path"], run.rows["model_digest"]) if digest}
 
 
 def environment_differences(run_a: Run, run_b: Run) -> pd.DataFrame:
     """What differs between the two runs' environment.json per environment found in both: software versions, machine,
-    threads and parameters (not `IGNORED`: output folder, round, host name; dates and probes are not compared)."""
+    threads and parameters (not `IGNORED`: output folder, round, host name; dates and probes are not compared), a folder
+    model by its checkpoint."""
     records = []
+    digests_a, digests_b = _run_digests(run_a), _run_digests(run_b)
     for environment in (env for env in run_a.environments if env in run_b.environments):
-        a, b = _flatten(run_a.environments[environment]), _flatten(run_b.environments[environment])
+        a, b = _flatten(run_a.environments[environment], digests_a), _flatten(run_b.environments[environment], digests_b)
         for section, key in dict.fromkeys([*a, *b]):
             value_a, value_b = a.get((section, key), ABSENT), b.get((section, key), ABSENT)
             if value_a != value_b:
@@ -245,9 +308,10 @@ def compare_runs(run_a: str | os.PathLike[str], run_b: str | os.PathLike[str], t
     a, b = _read_run(run_a), _read_run(run_b)
     if not set(a.environments) & set(b.environments):
         raise CompareError(f"no environment in common: A has {', '.join(a.environments)}; B has {', '.join(b.environments)}")
+    b, notes = match_models(a, b)
     limits = thresholds(a, b, threshold)
     cells = compare_cells(a, b, limits, alpha)
-    return RunComparison(a, b, cells, compare_environments(cells, a, b, limits), environment_differences(a, b), threshold, alpha)
+    return RunComparison(a, b, cells, compare_environments(cells, a, b, limits), environment_differences(a, b), threshold, alpha, tuple(notes))
 
 
 def signed_percent(value: float) -> str:
@@ -259,6 +323,7 @@ def summary_lines(comparison: RunComparison) -> list[str]:
     """A few lines: the environments that got slower and faster, the others, the cells not compared, what differs."""
     envs, cells = comparison.environments, comparison.cells
     lines = [f"B ({comparison.run_b.path}) against A ({comparison.run_a.path}): threshold {comparison.threshold:.0%}, alpha {comparison.alpha:g}"]
+    lines += [f"note: {note}" for note in comparison.notes]
     for row in itertools.chain.from_iterable(envs[envs["verdict"] == verdict].itertuples() for verdict in (SLOWER, FASTER)):
         lines.append(
             f"{row.verdict}: {row.environment} {signed_percent(row.geomean_change)} (95% interval {signed_percent(row.ci95_low)} to "

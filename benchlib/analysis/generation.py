@@ -24,7 +24,6 @@ from benchlib.analysis.comparisons import BASELINE
 from benchlib.analysis.runs import DEFAULT_PRECISION, GENERATE, GROUP, by_workload, prepare, shape_name
 
 NO_GENERATION = "These runs have no generate cells (`workload: generate`): there is no generation to summarise."
-ONLY_GENERATION = "These runs measured generation only: its findings open section 11, Generation; the forward pass's sections are empty."
 # Generation's own columns of a results row, read as numbers.
 NUMBERS: tuple[str, ...] = ("new_tokens", "ttft_s", "tpot_s", "tpot_p90_s", "token_agreement", "first_divergence")
 GENERATION_COLUMNS: tuple[str, ...] = (

@@ -27,9 +27,11 @@ import pandas as pd
 from benchlib import status
 from benchlib.analysis import significance
 from benchlib.analysis.comparisons import BASELINE, BASELINE_VERDICT
+from benchlib.analysis.runs import run_models, short_model_names
 from benchlib.store.environment import read_environment
 from benchlib.store.layout import environment_dirs
 from benchlib.store.results import CELL_SCENARIO, MLPERF_PERCENTILE, judged_percentile, read_results
+from benchlib.workloads.agreement import AGREEMENT_BAR
 
 SCENARIO_ORDER: tuple[str, ...] = ("single-stream", "multi-stream", "server", "offline")
 # Per scenario: the table's column (a latency's with its percentile: `figure_column`), how a row gives it, and whether
@@ -45,22 +47,23 @@ TOKEN_FIGURES: dict[str, tuple[tuple[str, str], ...]] = {
     "server": (("server_tokens_per_s", "tokens_per_s"), ("server_ttft_p99_ms", "ttft_p99_s"), ("server_tpot_p99_ms", "tpot_p99_s")),
     "offline": (("offline_tokens_per_s", "tokens_per_s"),),
 }  # fmt: skip
-FASTEST_COLUMNS: tuple[str, ...] = ("model", "scenario", "fastest", "figure", "environments")
+FASTEST_COLUMNS: tuple[str, ...] = (
+    "model", "scenario", "column", "fastest", "figure", "agreement", "environments", "fastest_keeping_99", "figure_keeping_99",
+)  # fmt: skip
 SPEEDUP_COLUMNS: tuple[str, ...] = (
     "model", "scenario", "environment", "baseline", "rounds", "speedup", "ci95_low", "ci95_high", "verdict", "agreement", "max_abs_diff",
+    "no_valid_result",
 )  # fmt: skip
-ONLY_LOAD = "These runs measured under load only: their figures are section 12, Under load; the sections of cells timed one call at a time are empty."
-NO_LOAD = "No load scenario was measured in these runs: set `scenario` (e.g. `--grid load-smoke`; see the documentation's \"Under load\", docs/under-load.md)."
 
 
 def _rows(run_dirs: Iterable[str | os.PathLike[str]], trials: bool) -> pd.DataFrame:
-    frames = []
+    frames = []  # each model by its short name, as in the run's other tables
     for run_dir in run_dirs:
         for env_dir in environment_dirs(run_dir):
             rows = read_results(env_dir, trials=trials)
             rows = rows[rows["scenario"] != CELL_SCENARIO]
             if not rows.empty:
-                frames.append(rows.assign(run=Path(run_dir).name))
+                frames.append(short_model_names(rows, run_models(run_dir)).assign(run=Path(run_dir).name))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
@@ -74,9 +77,15 @@ def load_trials(run_dirs: Iterable[str | os.PathLike[str]]) -> pd.DataFrame:
     return _rows(run_dirs, trials=True)
 
 
+def is_valid(row: pd.Series) -> bool:
+    """Whether LoadGen found a load cell's result VALID (for the server: some rate met the bound)."""
+    return row["status"] == status.OK and str(row["valid"]) == "True"
+
+
 def figure_of(row: pd.Series) -> float:
-    """A load cell's figure (FIGURES), NaN where it has none (not ok, or no rate met the bound)."""
-    if row["status"] != status.OK:
+    """A load cell's figure (FIGURES), NaN where it has none: not ok, or INVALID (LoadGen's verdict: an INVALID result is
+    never a figure to rank, nor a baseline; for the server, no rate met the bound)."""
+    if not is_valid(row):
         return float("nan")
     _, source, _ = FIGURES[row["scenario"]]
     value = float(row["loadgen_value"]) * 1e-6 if source == "latency" else pd.to_numeric(row[source], errors="coerce")
@@ -94,20 +103,35 @@ def figure_columns(table: pd.DataFrame, scenario: str) -> list[str]:
     return [column for column in table.columns if column == prefix or (suffix and column.startswith(prefix) and column.endswith(suffix))]
 
 
+def invalid_text(cells: pd.DataFrame) -> str:
+    """The INVALID results among a model's load cells in one environment, each scenario with LoadGen's reason (`; `)."""
+    invalid = cells[(cells["status"] == status.OK) & (cells["valid"].astype(str) != "True")]
+    reasons = invalid.groupby("scenario", sort=False)["reason"].first()
+    return "; ".join(f"{scenario}: {str(reason).removeprefix('LoadGen: ') or 'INVALID'}" for scenario, reason in reasons.items())
+
+
+def agreement_of(cells: pd.DataFrame) -> float:
+    """A model's agreement with eager PyTorch float32 in one environment under load: 1 for the baseline itself, else the
+    lowest over its load cells (tokens when generating), NaN where not compared."""
+    return 1.0 if BASELINE.select(cells) else _agreement(cells)
+
+
 def scenario_table(rows: pd.DataFrame) -> pd.DataFrame:
-    """One line per environment and model: each scenario's figure (the median over its rounds), `rounds`, and `invalid`:
-    the scenarios that LoadGen found INVALID in a round (for the server: no rate met the bound); when generating, the
-    TOKEN_FIGURES too."""
+    """One line per environment and model: each scenario's figure (the median over its VALID rounds), `rounds`, the
+    `agreement` with eager PyTorch float32 (`agreement_of`), and `invalid`: the scenarios that LoadGen found INVALID in a
+    round, with its reason (for the server: no rate met the bound); when generating, the TOKEN_FIGURES too. An INVALID
+    result has no figure here: it is never ranked."""
     if rows.empty:
         return pd.DataFrame()
     rows = rows.assign(
-        figure=[figure_of(row) for _, row in rows.iterrows()], invalid=rows["valid"].astype(str) != "True",
+        options=rows["options"].fillna("").astype(str), precision=rows["precision"].fillna("float32"),
+        figure=[figure_of(row) for _, row in rows.iterrows()],
         column=[figure_column(row["scenario"], judged_percentile(row)) for _, row in rows.iterrows()],
     )  # fmt: skip
-    lines = []
+    lines, measured = [], set(rows["scenario"])  # a scenario no row measured has no column
     for (environment, model), cells in rows.groupby(["environment", "model"], sort=False):
         line = {"environment": environment, "model": model, "rounds": int(cells["round"].nunique())}
-        for scenario in SCENARIO_ORDER:
+        for scenario in [scenario for scenario in SCENARIO_ORDER if scenario in measured]:
             columns = cells.loc[cells["scenario"] == scenario, "column"].unique()
             for column in columns if len(columns) else [figure_column(scenario, MLPERF_PERCENTILE.get(scenario, 0))]:
                 line[column] = cells.loc[cells["column"] == column, "figure"].median()
@@ -116,7 +140,8 @@ def scenario_table(rows: pd.DataFrame) -> pd.DataFrame:
             for column, source in columns:
                 values = pd.to_numeric(generated.loc[generated["scenario"] == scenario, source], errors="coerce")
                 line[column] = values.median() * (1000 if column.endswith("_ms") else 1)
-        line["invalid"] = ", ".join(dict.fromkeys(cells.loc[cells["invalid"] & (cells["status"] == status.OK), "scenario"]))
+        line["agreement"] = agreement_of(cells)
+        line["invalid"] = invalid_text(cells)
         lines.append(line)
     return pd.DataFrame(lines)
 
@@ -132,22 +157,128 @@ def latency_bound_ms(run_dirs: Iterable[str | os.PathLike[str]]) -> float | None
     return bounds.pop() if len(bounds) == 1 else None
 
 
+def _best(figures: pd.Series, scenario: str) -> str:
+    return str(figures.idxmax() if FIGURES[scenario][2] else figures.idxmin())
+
+
 def fastest_per_scenario(table: pd.DataFrame) -> pd.DataFrame:
-    """Per model and scenario: the environment with the best figure (the lowest latency, the highest rate), its figure (in
-    the unit of `scenario_table`'s column) and how many environments had one; models measured in one environment are left out."""
+    """Per model and scenario: the environment with the best VALID figure (the lowest latency, the highest rate), its
+    figure (in the unit of `scenario_table`'s column), its agreement and how many environments had one; and the best
+    whose agreement with eager PyTorch float32 is at least AGREEMENT_BAR (MLPerf's 99%; blank where none is). Models
+    measured in one environment are left out."""
     lines = []
     for model, group in table.groupby("model", sort=False):
         if len(group) < 2:
             continue
+        indexed = group.set_index("environment")
         for scenario in SCENARIO_ORDER:
-            more_is_better = FIGURES[scenario][2]
             for column in figure_columns(group, scenario):
-                figures = group.set_index("environment")[column].dropna()
+                figures = indexed[column].dropna()
                 if figures.empty:
                     continue
-                best = figures.idxmax() if more_is_better else figures.idxmin()
-                lines.append({"model": model, "scenario": scenario, "fastest": best, "figure": figures[best], "environments": len(figures)})
+                best = _best(figures, scenario)
+                keeping = figures[indexed.loc[figures.index, "agreement"] >= AGREEMENT_BAR]
+                kept = _best(keeping, scenario) if len(keeping) else ""
+                lines.append({
+                    "model": model, "scenario": scenario, "column": column, "fastest": best, "figure": figures[best],
+                    "agreement": indexed.loc[best, "agreement"], "environments": len(figures), "fastest_keeping_99": kept,
+                    "figure_keeping_99": keeping[kept] if kept else float("nan"),
+                })  # fmt: skip
     return pd.DataFrame(lines, columns=list(FASTEST_COLUMNS))
+
+
+SCENARIO_WORDS: dict[str, str] = {
+    "single-stream": "one request at a time (single-stream)", "multi-stream": "a query of several samples at a time (multi-stream)",
+    "server": "requests arriving at random (server)", "offline": "every request at once (offline)",
+}  # fmt: skip
+
+
+ITSELF = "eager PyTorch float32 itself"
+
+
+def _percentile(column: str) -> str:
+    """The percentile a latency column names (`single_stream_p90_ms`: "90th")."""
+    return column.rsplit("_p", 1)[1].removesuffix("_ms") + "th"
+
+
+def bound_text(rows: pd.DataFrame, run_dirs: Iterable[str | os.PathLike[str]]) -> str:
+    """The server's bound in words (`under 100 ms at the 90th percentile`), where the runs' load environments share one."""
+    bound_ms = latency_bound_ms(run_dirs)
+    server = rows[rows["scenario"] == "server"] if not rows.empty else rows
+    percentiles = {judged_percentile(row) for _, row in server.iterrows()}
+    at = f" at the {percentiles.pop()}th percentile" if len(percentiles) == 1 else ""
+    return f"under {bound_ms:g} ms{at}" if bound_ms is not None else "under the latency bound"
+
+
+def figure_text(scenario: str, column: str, figure: float, bound: str = "") -> str:
+    """A scenario's figure in words: `3.1 ms at the 90th percentile`, `serves 607 requests/s under 100 ms at the 90th
+    percentile` (`bound`: `bound_text`), `1.2e+03 samples/s`."""
+    if scenario == "server":
+        return f"serves {figure:.4g} requests/s {bound or 'under the latency bound'}"
+    if scenario == "offline":
+        return f"{figure:.4g} samples/s"
+    return f"{figure:.3g} ms at the {_percentile(column)} percentile"
+
+
+def _versus_baseline(speedups: pd.DataFrame, model: str, scenario: str, environment: str) -> str:
+    """An environment's speed-up over eager PyTorch float32 in one scenario, in words ("" where there is none)."""
+    found = speedups[(speedups["model"] == model) & (speedups["scenario"] == scenario) & (speedups["environment"] == environment)]
+    if found.empty or pd.isna(found["speedup"].iloc[0]):
+        return ""
+    line = found.iloc[0]
+    if line["verdict"] == BASELINE_VERDICT:
+        return ITSELF
+    if pd.isna(line["ci95_low"]):
+        return f"{line['speedup']:.3g}x eager PyTorch float32 ({line['rounds']} round: no interval; verdict: {line['verdict']})"
+    return (
+        f"{line['speedup']:.3g}x eager PyTorch float32 (95% interval {line['ci95_low']:.3g}x to {line['ci95_high']:.3g}x over "
+        f"{line['rounds']} rounds; verdict: {line['verdict']})"
+    )
+
+
+def _described(line: pd.Series, environment: str, figure: float, agreement: float, speedups: pd.DataFrame, bound: str) -> str:
+    versus = _versus_baseline(speedups, line["model"], line["scenario"], environment)
+    parts = [figure_text(line["scenario"], line["column"], figure, bound), versus]
+    if versus != ITSELF and pd.notna(agreement):
+        parts.append(f"agreement {agreement:.5g}")
+    return f"{environment} ({', '.join(part for part in parts if part)})"
+
+
+def findings(table: pd.DataFrame, fastest: pd.DataFrame, speedups: pd.DataFrame, bound: str = "") -> list[str]:
+    """The findings under load, from `scenario_table`, `fastest_per_scenario` and `scenario_speedups` (`bound`: the
+    server's bound in words, `bound_text`): per model and scenario the fastest environment with a VALID result (its
+    figure, its speed-up over eager PyTorch float32 and its agreement) and the fastest whose agreement keeps
+    AGREEMENT_BAR; a model measured in one environment, its figures; then the INVALID results, which no ranking uses."""
+    sentences = []
+    agreements = table.set_index(["model", "environment"])["agreement"]
+    keeps = f"keeps {AGREEMENT_BAR:.0%} agreement with eager PyTorch float32"
+    for model, lines in fastest.groupby("model", sort=False):
+        parts = []
+        for _, line in lines.iterrows():
+            text = f"{SCENARIO_WORDS[line['scenario']]}, {_described(line, line['fastest'], line['figure'], line['agreement'], speedups, bound)} is the fastest"
+            if line["fastest_keeping_99"] == line["fastest"]:
+                text += f" and {keeps}"
+            elif line["fastest_keeping_99"]:
+                kept = line["fastest_keeping_99"]
+                described = _described(line, kept, line["figure_keeping_99"], agreements.get((model, kept), float("nan")), speedups, bound)
+                text += f"; the fastest that {keeps} is {described}"
+            else:
+                text += f"; no environment with a VALID result {keeps}"
+            parts.append(text)
+        sentences.append(f"Under load, for {model}: " + "; ".join(parts) + ".")
+    for model, group in table.groupby("model", sort=False):
+        if len(group) == 1 and model not in set(fastest["model"]):
+            line = group.iloc[0]
+            figures = [
+                f"{SCENARIO_WORDS[scenario]} {figure_text(scenario, column, line[column], bound)}"
+                for scenario in SCENARIO_ORDER for column in figure_columns(group, scenario) if pd.notna(line[column])
+            ]  # fmt: skip
+            if figures:
+                sentences.append(f"Under load, {model} was measured in {line['environment']} only: " + "; ".join(figures) + ".")
+    invalid = [f"{line.environment} for {line.model} ({line.invalid})" for line in table.itertuples() if line.invalid]
+    if invalid:
+        sentences.append("Not ranked, INVALID in LoadGen's judgement: " + "; ".join(invalid) + ".")
+    return sentences
 
 
 def ranking_sentences(fastest: pd.DataFrame) -> list[str]:
@@ -193,8 +324,10 @@ def _agreement(rows: pd.DataFrame) -> float:
 
 def scenario_speedups(rows: pd.DataFrame) -> pd.DataFrame:
     """Per model and scenario, every environment's speed-up over eager PyTorch float32 (the module's docstring): the rounds
-    both have a figure in, the interval and verdict (`inconclusive` with fewer than two such rounds, or a disturbed one),
-    and the environment's agreement and largest difference from the baseline's output. No rows without the baseline."""
+    both have a VALID figure in, the interval and verdict (`inconclusive` with fewer than two such rounds, or a disturbed
+    one), the environment's agreement and largest difference from the baseline's output, and `no_valid_result`: which
+    side (baseline, environment) LoadGen found INVALID in every round, so that no speed-up rests on it. No rows without
+    the baseline."""
     lines = []
     if rows.empty:
         return pd.DataFrame(columns=list(SPEEDUP_COLUMNS))
@@ -208,9 +341,11 @@ def scenario_speedups(rows: pd.DataFrame) -> pd.DataFrame:
         for environment, cells in group.groupby("environment", sort=False):
             other = _time_like(cells, scenario)
             rounds = sorted(set(base.index) & set(other.index))
+            invalid = [name for name, figures in (("baseline", base), ("environment", other)) if figures.empty]
             line = {
                 "model": model, "scenario": scenario, "environment": environment, "baseline": baseline[0], "rounds": len(rounds),
                 "agreement": _agreement(cells), "max_abs_diff": pd.to_numeric(cells["max_abs_diff"], errors="coerce").max(),
+                "no_valid_result": " and ".join(invalid),
             }  # fmt: skip
             if environment == baseline[0]:
                 lines.append({**line, "speedup": 1.0 if rounds else float("nan"), "verdict": BASELINE_VERDICT, "agreement": 1.0})

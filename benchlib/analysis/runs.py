@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from benchlib import status
+from benchlib.config.models import short_names
 from benchlib.machine import UNKNOWN_MACHINE, machine_label
 from benchlib.paths import OUTPUTS_DIR
 from benchlib.store.environment import read_environment
@@ -98,7 +99,8 @@ def collapse_rounds(rows: pd.DataFrame, timing: Timing = CALL) -> pd.DataFrame:
 def read_run(run_dir: str | os.PathLike[str], timing: Timing = CALL) -> Run:
     """A run folder: every row of its environments (each `<run_dir>/<env>/`, or the folder's own results), one per
     cell timed one call at a time over its rounds (`collapse_rounds` with `timing`; a load scenario's rows are left out), with `run` (the folder's name), `machine` and `device_type`
-    added (`prepare`), and each environment's environment.json. FileNotFoundError when `run_dir` is not a folder."""
+    added (`prepare`), each model by its short name (`short_model_names`), and each environment's environment.json.
+    FileNotFoundError when `run_dir` is not a folder."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run_dirs: {run_dir} is not a folder")
@@ -112,8 +114,8 @@ def read_run(run_dir: str | os.PathLike[str], timing: Timing = CALL) -> Run:
         environments.update(dict.fromkeys(rows["environment"], info))
     if not frames:  # no cell yet, or a run of load scenarios only: every column, no row
         empty = collapse_rounds(pd.DataFrame(columns=list(COLUMNS)), timing).assign(run=pd.Series(dtype=str), machine=pd.Series(dtype=str))
-        return Run(run_dir, prepare(empty), {})
-    return Run(run_dir, prepare(pd.concat(frames, ignore_index=True)), environments)
+        return Run(run_dir, prepare(short_model_names(empty)), {})
+    return Run(run_dir, prepare(short_model_names(pd.concat(frames, ignore_index=True), run_models(run_dir))), environments)
 
 
 def load_run(run_dir: str | os.PathLike[str], timing: Timing = CALL) -> pd.DataFrame:
@@ -133,6 +135,22 @@ def load_runs(run_dirs: Iterable[str | os.PathLike[str]], timing: Timing = CALL)
     shared = set(runs_per_env[runs_per_env > 1].index)
     rows["environment"] = [f"{env}@{run}" if env in shared else env for env, run in zip(rows["environment"], rows["run"])]
     return rows
+
+
+def run_models(run_dir: str | os.PathLike[str]) -> list[str]:
+    """Every model a run's environments were given (each environment.json's `parameters.models`), in order."""
+    given = ((read_environment(env_dir).get("parameters") or {}).get("models") or [] for env_dir in environment_dirs(run_dir))
+    return list(dict.fromkeys(itertools.chain.from_iterable(given)))
+
+
+def short_model_names(rows: pd.DataFrame, among: Iterable[str] = ()) -> pd.DataFrame:
+    """`rows` with each `model` by its short name (`config.models.short_names`: a folder by its name, unique among the
+    rows' models and `among`, e.g. `run_models`), and the name the run gave it (a folder's path) in `model_path`.
+    Rows that have a `model_path` already keep their names."""
+    named = rows["model_path"].notna() if "model_path" in rows else pd.Series(False, index=rows.index)
+    paths = rows["model_path"].where(named, rows["model"]) if "model_path" in rows else rows["model"]
+    names = short_names([*map(str, paths), *among])
+    return rows.assign(model_path=paths, model=rows["model"].where(named, [names[str(path)] for path in paths]))
 
 
 def default_run_dirs(outputs: str | os.PathLike[str] | None = None) -> list[Path]:

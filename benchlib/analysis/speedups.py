@@ -208,7 +208,7 @@ def _claims_sentences(claims: pd.DataFrame) -> list[str]:
     sentences = [f"The 2019 claims: {'; '.join(parts)}."] if parts else []
     unchecked = len(claims) - len(checked)
     if unchecked:
-        sentences.append(f"{unchecked} of the study's {len(claims)} claims are not checked here: these runs lack what they need (section 7 says what).")
+        sentences.append(f"{unchecked} of the study's {len(claims)} claims are not checked here: these runs lack what they need (the 2019 claims' table says what).")
     return sentences
 
 
@@ -234,7 +234,7 @@ def warning_sentences(rows: pd.DataFrame) -> list[str]:
                 sentences.append(f"{environment} has no row for {cells - len(env_rows)} of the {cells} cells measured {where} (still running, or stopped).")
     ok = rows[rows["status"] == status.OK]
     if ok["disturbed"].any():
-        sentences.append(f"{int(ok['disturbed'].sum())} of {len(ok)} ok cells were disturbed by other work on the machine: comparisons that rest on them are inconclusive (section 8 lists them).")
+        sentences.append(f"{int(ok['disturbed'].sum())} of {len(ok)} ok cells were disturbed by other work on the machine: comparisons that rest on them are inconclusive (*How far to trust these numbers* lists them).")
     return sentences
 
 

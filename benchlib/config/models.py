@@ -9,8 +9,11 @@ tokenizer's file names), so that validating a run stays cheap and keeps one fram
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -37,6 +40,8 @@ HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 SAFE_WEIGHTS: tuple[str, ...] = ("model.safetensors", "model.safetensors.index.json")
 PICKLED_WEIGHTS: tuple[str, ...] = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 TOKENIZER_FILES: tuple[str, ...] = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model", "tokenizer.model")
+# Folder names that say nothing of the model: such a folder is named with its parent's name too (`minilm/model`).
+GENERIC_FOLDERS = re.compile(r"(?i)models?|checkpoints?(-\d+)?|weights|snapshots?|final|latest|best")
 # The configuration keys that hold a model's maximum positions, the first present wins.
 POSITION_KEYS: tuple[str, ...] = ("max_position_embeddings", "n_positions", "max_sequence_length")
 
@@ -180,3 +185,55 @@ def resolve_model(name: str, request: ModelRequest = ModelRequest()) -> ModelSpe
         inference_config={"use_cache": False} if "use_cache" in config or task == "causal-lm" else {},
         source=str(folder), weights=weights, task=task, trust_remote_code=request.trust_remote_code,
     )  # fmt: skip
+
+
+def is_folder_name(model: str) -> bool:
+    """Whether a model's name as a run gives it is a folder's path (it holds a separator and is not a Hub id)."""
+    return "/" in model and not HUB_ID.fullmatch(model)
+
+
+def _path_parts(model: str) -> tuple[str, ...]:
+    """The folders of a path, its root left out."""
+    path = Path(model)
+    return path.parts[1:] if path.anchor else path.parts
+
+
+def short_names(models: Iterable[str]) -> dict[str, str]:
+    """Each of `models` by a name a reader knows, unique among them: a catalogue name or Hub id as given, a folder by
+    its name; a folder whose name is generic (GENERIC_FOLDERS) or is another model's name by the end of its path
+    (`parent/name`), with as many parent folders as it takes. The same models always get the same names."""
+    models = list(dict.fromkeys(models))
+    parts = {model: _path_parts(model) for model in models if is_folder_name(model)}
+    depth = {model: min(len(p), 2 if GENERIC_FOLDERS.fullmatch(p[-1]) else 1) for model, p in parts.items()}
+    while True:
+        names = {model: "/".join(parts[model][-depth[model] :]) if model in parts else model for model in models}
+        taken = Counter(names.values())
+        deeper = [model for model in parts if taken[names[model]] > 1 and depth[model] < len(parts[model])]
+        if not deeper:
+            return names
+        for model in deeper:
+            depth[model] += 1
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """The files a checkpoint's weights are read from: its safetensors files (and their index), else its pickled ones."""
+    files = sorted(p for p in folder.iterdir() if p.name.endswith((".safetensors", ".safetensors.index.json")))
+    return files or sorted(p for p in folder.iterdir() if p.name.startswith("pytorch_model") and p.name.endswith((".bin", ".bin.index.json")))
+
+
+def checkpoint_digest(folder: str | Path) -> str:
+    """The sha256 of a checkpoint: of its config.json and `weight_files`, by name and content; the same for a copy at
+    another path. Each file is hashed once per path, size and modification time (`file_digest`)."""
+    folder = Path(folder)
+    digest = hashlib.sha256()
+    for path in (folder / "config.json", *weight_files(folder)):
+        stat = path.stat()
+        digest.update(f"{path.name}\0{file_digest(str(path.resolve()), stat.st_size, stat.st_mtime_ns)}\n".encode())
+    return digest.hexdigest()
+
+
+@cache
+def file_digest(path: str, size: int, mtime_ns: int) -> str:
+    """The sha256 of one file, read in chunks; `size` and `mtime_ns` key the cache, so that a changed file is hashed again."""
+    with open(path, "rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()

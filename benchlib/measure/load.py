@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -168,27 +169,67 @@ def report_columns(report: LoadReport, env_dir: Path) -> Columns:
     }  # fmt: skip
 
 
-def resized_for(report: LoadReport, settings: LoadSettings) -> LoadSettings | None:
-    """The settings to run an INVALID test again with, where LoadGen's verdict is for want of what the kit sized: an
-    Offline query too short for the minimum duration (more samples), too few queries for early stopping while the
-    latency bound held (as many as LoadGen says it needs). None for a VALID test, or one INVALID for the system's sake."""
+ADVICE_LATENCY = "Decrease the expected latency"  # SingleStream, MultiStream: too few queries for the minimum duration
+ADVICE_SERVER_QUERIES = "Increase the target QPS"  # Server: too few queries for the minimum duration
+ADVICE_OFFLINE_QPS = "Increase expected QPS"  # Offline: its one query too short for the minimum duration
+HEADROOM = 1.3  # how far past what LoadGen measured a rerun sizes an Offline query or the server's queries
+# How many times faster than LoadGen's mean latency a rerun expects a call to be: LoadGen stops issuing once the minimum
+# duration and query count are met, so queries it pre-generated in excess cost no time, while too few make it INVALID.
+LATENCY_HEADROOM = 3.0
+
+
+def followed_advice(report: LoadReport, settings: LoadSettings) -> tuple[LoadSettings, str] | None:
+    """The settings to run an INVALID test again with, and what changed in words, where LoadGen's verdict is for want of
+    what the kit sized: its recommendations followed (a shorter expected latency, a longer Offline query, more queries
+    for the server's minimum duration) and as many queries as early stopping says it needs while the latency bound
+    held. None for a VALID test, or one INVALID for the system's sake (a bound not met: the search lowers the rate)."""
     if report.valid:
         return None
-    if settings.scenario == "offline" and report.figures.get("Min duration satisfied") == "NO":
+    changes: dict[str, Any] = {}
+    advice = " ".join(report.advice)
+    mean_s = (report.figure("Mean latency (ns)") or 0) * 1e-9
+    if ADVICE_LATENCY in advice and mean_s > 0:
+        per_sample = settings.samples_per_query if settings.scenario == "multi-stream" else 1
+        changes["expected_qps"] = max(LATENCY_HEADROOM * per_sample / mean_s, LATENCY_HEADROOM * settings.expected_qps)
+    if settings.scenario == "offline" and (ADVICE_OFFLINE_QPS in advice or "Min duration satisfied" in report.unmet):
         achieved = report.figure("Samples per second") or settings.expected_qps
-        return dataclasses.replace(settings, expected_qps=max(achieved, settings.expected_qps) * 1.2)
+        changes["expected_qps"] = max(achieved, settings.expected_qps) * HEADROOM
+    queries = settings.min_query_count
+    if ADVICE_SERVER_QUERIES in advice and settings.target_qps:
+        queries = max(queries, int(np.ceil(settings.target_qps * settings.min_duration_s * HEADROOM)))
     needed = early_stopping_queries(report)
-    if needed and needed > settings.min_query_count and report.figures.get("Performance constraints satisfied", "Yes") == "Yes":
-        return dataclasses.replace(settings, min_query_count=needed)
-    return None
+    if needed and report.figures.get("Performance constraints satisfied", "Yes") == "Yes":
+        queries = max(queries, needed)
+    if queries > settings.min_query_count:
+        changes["min_query_count"] = queries
+    if not changes:
+        return None
+    return dataclasses.replace(settings, **changes), _changes_text(changes, settings)
 
 
-def invalid_reason(report: LoadReport) -> str:
-    """What LoadGen found unmet ("" for a VALID result)."""
+def _changes_text(changes: dict[str, Any], settings: LoadSettings) -> str:
+    """What a rerun changed, in words: the expected latency (a query's) or Offline's expected rate, the query count."""
+    words = []
+    if "expected_qps" in changes and settings.scenario == "offline":
+        words.append(f"expected rate {changes['expected_qps']:.4g}/s")
+    elif "expected_qps" in changes:
+        per_query = settings.samples_per_query if settings.scenario == "multi-stream" else 1
+        words.append(f"expected latency {1000 * per_query / changes['expected_qps']:.4g} ms")
+    if "min_query_count" in changes:
+        words.append(f"at least {changes['min_query_count']} queries")
+    return ", ".join(words)
+
+
+def invalid_reason(report: LoadReport, runs: int = 1) -> str:
+    """What LoadGen found unmet, each condition as its summary marks it ("" for a VALID result); `runs`: how many times
+    the test ran, following LoadGen's advice after the first."""
     if report.valid:
         return ""
-    unmet = [key for key, value in report.figures.items() if key.endswith("satisfied") and value == "NO"]
-    return f"LoadGen: INVALID ({', '.join(unmet) or 'see its summary'})"
+    unmet = ", ".join(f"{key}: NO" for key in report.unmet) or "see its summary"
+    return f"LoadGen: INVALID ({unmet})" + (f", still after {runs} runs following its advice" if runs > 1 else "")
+
+
+Retried = Callable[[LoadReport, Interference | None, str], None]  # a try run again, and why
 
 
 class ScenarioRun:
@@ -218,19 +259,22 @@ class ScenarioRun:
     def folder(self, scenario: str, attempt: int, trial: int | None = None) -> Path:
         return loadgen_folder(self.env_dir, self.spec.name, scenario, self.params.current_round, attempt, trial)
 
-    def test(self, settings: LoadSettings, folder: Path) -> tuple[LoadReport, Interference | None]:
-        """One LoadGen test, run again (at most RERUNS times) while LoadGen's verdict is INVALID for want of what the kit
-        sized: a longer Offline query, more queries for early stopping. Interference is that of the last test."""
-        reruns = 0
+    def test(self, settings: LoadSettings, folder: Callable[[], Path], retried: Retried) -> tuple[LoadReport, Interference | None, int]:
+        """One LoadGen test in `folder()`, run again (at most RERUNS times) while LoadGen's verdict is INVALID for want of
+        what the kit sized (`followed_advice`); each try run again is handed to `retried` with the reason it was: the
+        last try's report and interference, and how many tries there were."""
+        runs = 1
         while True:
             if self.meter is not None:
                 self.meter.start()
-            report = run_loadgen(settings, self.samples, self.calls, self.params.max_batch, self.batch_timeout_s(settings.scenario), folder)
+            report = run_loadgen(settings, self.samples, self.calls, self.params.max_batch, self.batch_timeout_s(settings.scenario), folder())
             interference = self.meter.stop() if self.meter is not None else None
-            resized = resized_for(report, settings) if reruns < RERUNS else None
-            if resized is None:
-                return report, interference
-            settings, reruns = resized, reruns + 1
+            advised = followed_advice(report, settings) if runs <= RERUNS else None
+            if advised is None:
+                return report, interference, runs
+            settings, changed = advised
+            retried(report, interference, f"{invalid_reason(report)}; run again as LoadGen advised: {changed}")
+            runs += 1
 
     def settings(self, scenario: str, **changes: Any) -> LoadSettings:
         p = self.params
@@ -253,33 +297,54 @@ class ScenarioRun:
 def measure_scenario(
     run: ScenarioRun, scenario: str, attempt: int, emit_trial: EmitTrial, first_trial: int = 1
 ) -> tuple[str, str, Columns, Interference | None]:  # fmt: skip
-    """The scenario cell's (status, reason, columns, interference); for `server`, each trial is emitted as a row first,
-    numbered from `first_trial` (after the trials a stopped run left of this cell)."""
-    if scenario != "server":
-        report, interference = run.test(run.settings(scenario), run.folder(scenario, attempt))
-        return status.OK, invalid_reason(report), {**report_columns(report, run.env_dir), "inputs": run.inputs_kind, **run.agreement}, interference
-    trials: dict[float, tuple[LoadReport, Interference | None]] = {}
+    """The scenario cell's (status, reason, columns, interference). Each test LoadGen's advice ran again, and for `server`
+    each trial of the search, is emitted as a row first (a trial), numbered from `first_trial` (after the trials a
+    stopped run left of this cell)."""
     numbers = itertools.count(first_trial)
+    p = run.params
+
+    def emit(report: LoadReport, interference: Interference | None, number: int, rate: float | str, reason: str = "") -> None:
+        row = trial_columns(report, run.env_dir, number, rate, interference, p.max_interference)
+        emit_trial({**row, "reason": reason, "attempt": attempt})
+
+    if scenario != "server":
+
+        def moved(report: LoadReport, interference: Interference | None, reason: str) -> None:
+            """A try run again keeps its logs as a trial's."""
+            number = next(numbers)
+            kept = run.folder(scenario, attempt, number)
+            shutil.rmtree(kept, ignore_errors=True)
+            report.folder.rename(kept)
+            emit(dataclasses.replace(report, folder=kept), interference, number, "", reason)
+
+        report, interference, runs = run.test(run.settings(scenario), lambda: run.folder(scenario, attempt), moved)
+        return status.OK, invalid_reason(report, runs), {**report_columns(report, run.env_dir), "inputs": run.inputs_kind, **run.agreement}, interference
+    trials: dict[float, tuple[LoadReport, Interference | None]] = {}
 
     def valid_at(rate: float) -> bool:
         """One trial at `rate` (tried again, as a trial of its own, while disturbed, at most `remeasure` times)."""
-        for _ in range(run.params.remeasure + 1):
-            number = next(numbers)
-            report, interference = run.test(run.settings("server", target_qps=rate), run.folder("server", attempt, number))
-            emit_trial({**trial_columns(report, run.env_dir, number, rate, interference, run.params.max_interference), "attempt": attempt})
-            if interference is None or not interference.disturbed(run.params.max_interference):
+        for _ in range(p.remeasure + 1):
+            number = [next(numbers)]
+
+            def retried(report: LoadReport, interference: Interference | None, reason: str) -> None:
+                emit(report, interference, number[0], rate, reason)
+                number[0] = next(numbers)
+
+            report, interference, runs = run.test(run.settings("server", target_qps=rate), lambda: run.folder("server", attempt, number[0]), retried)
+            emit(report, interference, number[0], rate, invalid_reason(report, runs))
+            if interference is None or not interference.disturbed(p.max_interference):
                 break
         trials[rate] = (report, interference)
         return report.valid
 
-    search = search_max_qps(valid_at, max(run.throughput_guess / 2, 1e-3), run.params.max_trials)
+    search = search_max_qps(valid_at, max(run.throughput_guess / 2, 1e-3), p.max_trials)
     columns: Columns = {"trial": "", "target_qps": "", "max_qps": search.max_qps if search.max_qps is not None else "", "inputs": run.inputs_kind, **run.agreement}
     if search.max_qps is None:
         report, interference = trials[min(trials)]
         reason = f"no rate tried met {run.bounds()} at the {report.percentile}th percentile (the lowest: {min(trials):.4g}/s)"
         return status.OK, reason, {**report_columns(report, run.env_dir), **columns, "valid": False}, interference
     report, interference = trials[search.max_qps]
-    reason = "" if search.above is not None else f"every rate tried met {run.bounds()} (max_trials {run.params.max_trials}): max_qps is a lower bound"
+    reason = "" if search.above is not None else f"every rate tried met {run.bounds()} (max_trials {p.max_trials}): max_qps is a lower bound"
     return status.OK, reason, {**report_columns(report, run.env_dir), **columns, "target_qps": search.max_qps}, interference
 
 
@@ -291,6 +356,7 @@ def interference_columns(interference: Interference | None, max_interference: fl
     return {"interference": fraction, "steal": steal, "disturbed": interference.disturbed(max_interference)}
 
 
-def trial_columns(report: LoadReport, env_dir: Path, number: int, rate: float, interference: Interference | None, max_interference: float) -> Columns:
-    """A server trial's row: the rate asked for, LoadGen's figures at it, and the interference while it ran."""
+def trial_columns(report: LoadReport, env_dir: Path, number: int, rate: float | str, interference: Interference | None, max_interference: float) -> Columns:
+    """A trial's row: the rate asked for (a server trial's; blank for a test run again on LoadGen's advice), LoadGen's
+    figures, and the interference while it ran."""
     return {**report_columns(report, env_dir), "trial": number, "target_qps": rate, **interference_columns(interference, max_interference)}

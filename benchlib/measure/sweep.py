@@ -18,7 +18,7 @@ from benchlib.backends import (
     resolve_threads, unsupported_reason, versions_of, without_scikit_learn_in_transformers,
 )
 from benchlib.config.catalogue import ModelSpec
-from benchlib.config.models import has_tokenizer
+from benchlib.config.models import checkpoint_digest, has_tokenizer
 from benchlib.config.params import CELL, BenchmarkParams, validate_params
 from benchlib.machine import usable_cores
 from benchlib.measure.flops import analytic_flops, has_formula
@@ -386,6 +386,7 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
                 **environment, "model": model, "task": spec.task, "weights": spec.weights, "batch_size": batch_size,
                 "sequence_length": sequence_length, "scenario": scenario, "workload": params.workload,
                 "new_tokens": params.new_tokens if params.workload == "generate" else "", **now,
+                "model_digest": checkpoint_digest(spec.source) if spec.source else "",
             }  # fmt: skip
 
         def label(cell: Cell) -> str:
@@ -397,9 +398,10 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
             bar.set_postfix_str(label(cell))
 
         def under_load(cell: Cell, model: Any, spec: ModelSpec, serving: dict[str, Any]) -> tuple[str, None, str, dict[str, Any]]:
-            def emit_trial(columns: dict[str, Any]) -> None:  # a server trial: a row of its own, before the cell's
-                writer.append(make_row({**row_of(cell), **columns}, status.OK))
-                bar.set_postfix_str(f"{label(cell)} trial {columns['trial']} at {columns['target_qps']:.4g}/s: {'VALID' if columns['valid'] else 'INVALID'}")
+            def emit_trial(columns: dict[str, Any]) -> None:  # a server trial, or a test run again: a row of its own, before the cell's
+                writer.append(make_row({**row_of(cell), **columns}, status.OK, reason=columns.get("reason", "")))
+                rate = f" at {columns['target_qps']:.4g}/s" if columns["target_qps"] != "" else ""
+                bar.set_postfix_str(f"{label(cell)} trial {columns['trial']}{rate}: {'VALID' if columns['valid'] else 'INVALID'}")
 
             return measure_load_cell(
                 backend, model, spec, params, cell[3], serving, output_dir, meter, now["attempt"], emit_trial, next_trial(results, row_of(cell))

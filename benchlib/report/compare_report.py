@@ -30,13 +30,18 @@ def _shown(table: pd.DataFrame, empty: str) -> str:
     return markdown_table(table.assign(**percent))
 
 
+def _notes(notes: tuple[str, ...]) -> str:
+    """The comparison's notes (models matched by checkpoint) as a Markdown list after a blank line; "" when none."""
+    return "\n\n" + "\n".join(f"- {note}" for note in notes) if notes else ""
+
+
 def report_markdown(comparison: RunComparison, plot: str) -> str:
     """The report: how to read it, the environments, the plot (file name `plot`), the differences, the cells. Each run
     is named by its folder relative to the kit, or by its name (`display_path`): never a path of this machine."""
     a, b = (display_path(run.path) for run in (comparison.run_a, comparison.run_b))
     return f"""# Run B against run A
 
-A: `{a}`, B: `{b}`
+A: `{a}`, B: `{b}`{_notes(comparison.notes)}
 
 A change is B's time over A's, minus 1: positive means B is slower. A cell is **faster** or **slower** only when a
 two-sided Mann-Whitney U test on its raw samples gives p < {comparison.alpha:g} and its median changed by at least

@@ -1,6 +1,7 @@
 """The documentation's reference pages, generated from the code so that they cannot drift from it: the parameters from
 `BenchmarkParams`, the backends from the registry, the environments, grids and sets from `parameters/`, the statuses from
-`benchlib.status`, the command line from its argument parser, and a run's headline tables from its folder.
+`benchlib.status`, the command line from its argument parser, the summary's column glossary from
+`benchlib.report.glossary`, and a run's headline tables from its folder.
 
 `docs/hooks.py` fills each page when MkDocs builds the site (`fill`): `<!-- generated: NAME -->` becomes a table,
 `<!-- default: FIELD -->` a parameter's default and `<!-- constant: MODULE.NAME -->` a module's constant, so that prose
@@ -28,6 +29,7 @@ from benchlib.backends import registry
 from benchlib.config.jobs import available, environment_sets
 from benchlib.config.params import BenchmarkParams
 from benchlib.paths import OUTPUTS_DIR, PARAMETERS_DIR
+from benchlib.report.glossary import glossary_page
 from benchlib.store.environment import read_environment
 from benchlib.store.layout import TABLES_DIR, environment_dirs
 
@@ -270,7 +272,7 @@ def fill(markdown: str, parser: argparse.ArgumentParser) -> str:
 
 PAGES: dict[str, Callable[[], str]] = {
     "parameters": parameters_page, "backends": backends_page, "environments": environments_page, "grids": grids_page,
-    "sets": sets_page, "statuses": statuses_page,
+    "sets": sets_page, "statuses": statuses_page, "glossary": glossary_page,
 }  # fmt: skip
 
 

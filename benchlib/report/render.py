@@ -109,7 +109,9 @@ def show_table(table: pd.DataFrame, output_dir: str | os.PathLike[str], name: st
     save_table(table, output_dir, name)
     shown, caption = table_view(table)
     floats = shown.select_dtypes("float").columns
-    display(shown.style.hide(axis="index").set_caption(caption).format(na_rep="").format("{:.4g}", subset=floats, na_rep=""))
+    agreements = [column for column in floats if "agreement" in column]  # 0.99998 is not 1: one more digit
+    styled = shown.style.hide(axis="index").set_caption(caption).format(na_rep="").format("{:.4g}", subset=floats, na_rep="")
+    display(styled.format("{:.5g}", subset=agreements, na_rep=""))
     _display_notes(notes)
 
 

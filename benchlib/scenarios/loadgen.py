@@ -81,6 +81,12 @@ class LoadReport:
     folder: Path
     tokens: bool = False  # generating: LoadGen measured token latencies
     percentile: int | None = None  # the percentile latency was judged at (None in Offline)
+    advice: tuple[str, ...] = ()  # LoadGen's recommendations, as it prints them
+
+    @property
+    def unmet(self) -> list[str]:
+        """The conditions LoadGen marked NO ("Min duration satisfied")."""
+        return [key for key, value in self.figures.items() if key.endswith("satisfied") and value == "NO"]
 
     def figure(self, name: str) -> float | None:
         """The summary's number `name` ("Samples per second"), or None where it does not print it."""
@@ -103,6 +109,19 @@ class LoadReport:
         time to first token (TTFT_PERCENTILES) or per output token (TPOT_PERCENTILES); None where LoadGen does not print it."""
         value = self.figure(of[percentile])
         return value * NS if value is not None else None
+
+
+def recommendations(text: str) -> list[str]:
+    """The lines LoadGen's summary prints under "Recommendations:" (each without its ` * `)."""
+    advice, under = [], False
+    for line in text.splitlines():
+        if line.strip() == "Recommendations:":
+            under = True
+        elif under and line.lstrip().startswith("*"):
+            advice.append(line.lstrip()[1:].strip())
+        elif under:
+            under = line.strip() == "" and not advice
+    return advice
 
 
 def parse_summary(text: str) -> dict[str, str]:
@@ -195,8 +214,12 @@ def run_loadgen(
                 lg.StartTestWithLogSettings(sut, qsl, test_settings(settings), log)
         for name in KEPT_FILES:
             shutil.copyfile(Path(scratch) / name, folder / name)
-    figures = parse_summary((folder / SUMMARY_FILE).read_text(encoding="utf-8"))
-    return LoadReport(settings.scenario, figures.get("Result is") == "VALID", figures, folder, tokens=bool(tokens), percentile=settings.percentile)
+    text = (folder / SUMMARY_FILE).read_text(encoding="utf-8")
+    figures = parse_summary(text)
+    return LoadReport(
+        settings.scenario, figures.get("Result is") == "VALID", figures, folder, tokens=bool(tokens), percentile=settings.percentile,
+        advice=tuple(recommendations(text)),
+    )  # fmt: skip
 
 
 def early_stopping_queries(report: LoadReport) -> int | None:

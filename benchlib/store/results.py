@@ -31,6 +31,7 @@ COLUMNS: tuple[str, ...] = (
     "tokens_per_s", "token_agreement", "first_divergence", "token_clock",
     "scenario", "trial", "target_qps", "max_qps", "valid", "samples_per_s", "latency_p50_s", "latency_p90_s", "latency_p99_s",
     "loadgen_metric", "loadgen_value", "loadgen_log", "ttft_p99_s", "tpot_p99_s", "latency_percentile",
+    "model_digest",  # a folder's or Hub id's checkpoint: the sha256 of its config.json and weights (config.models.checkpoint_digest)
 )  # fmt: skip
 # Columns that hold a JSON list of seconds per sample, read back as lists.
 SAMPLE_COLUMNS: tuple[str, ...] = ("samples_s", "ttft_samples_s", "tpot_samples_s")

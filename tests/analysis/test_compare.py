@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import json
 import re
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -14,11 +16,13 @@ from scipy.stats import mannwhitneyu
 from benchlib import run_environment
 from benchlib.analysis import compare
 from benchlib.cli import main
+from benchlib.config.models import checkpoint_digest
 from benchlib.measure.timing import Measurement
 from benchlib.paths import PROJECT_ROOT
 from benchlib.report.compare_report import write_report
 from benchlib.store.environment import write_json
-from benchlib.store.results import ResultsWriter, make_row
+from benchlib.store.results import ResultsWriter, make_row, read_results
+from tests.checkpoints import save_bert
 from tests.report.test_summary_notebook import OLD_COLUMNS
 
 CELLS = [("bert-base-cased", 1, 8), ("bert-base-cased", 1, 64), ("gpt2", 1, 8)]
@@ -248,3 +252,58 @@ def test_a_generate_cell_is_never_compared_with_a_forward_cell_of_the_same_shape
     cells = compare.compare_runs(a, b).cells
     assert sorted(cells["workload"]) == ["forward"] * len(CELLS) + ["generate"] * len(CELLS)
     assert set(cells["verdict"]) == {compare.NOT_COMPARED}
+
+
+@pytest.fixture(scope="module")
+def checkpoint_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Real runs of a tiny saved BERT, each from a folder of its own (1 cell, eager PyTorch): `a` and `b` one checkpoint
+    copied to two folders named `model`, `c` another checkpoint (other weights) whose folder ends as `a`'s (`a/model`)."""
+    root = tmp_path_factory.mktemp("checkpoint-runs")
+    source = save_bert(root / "saved", tokenizer=False)
+    folders = {"a": shutil.copytree(source, root / "a" / "model"), "b": shutil.copytree(source, root / "b" / "model")}
+    folders["c"] = save_bert(root / "c" / "a" / "model", tokenizer=False, seed=1)
+    for run, folder in folders.items():
+        run_environment(
+            {
+                "environment": "cpu-pytorch", "framework": "pytorch", "mode": "eager", "models": [str(folder)], "batch_sizes": [1],
+                "sequence_lengths": [8], "repeat": 5, "number": 1, "warmup": 0, "remeasure": 0, "output_dir": str(root / f"run_{run}" / "cpu-pytorch"),
+            },
+            progress=False,
+        )  # fmt: skip
+    return {**{f"run_{run}": root / f"run_{run}" for run in folders}, **folders}
+
+
+def test_one_checkpoint_copied_to_two_folders_compares_by_its_digest(checkpoint_runs, capsys):
+    runs_, digest = checkpoint_runs, checkpoint_digest(checkpoint_runs["a"])
+    assert read_results(runs_["run_b"] / "cpu-pytorch")["model_digest"].tolist() == [digest]
+    assert main(["compare", str(runs_["run_a"]), str(runs_["run_b"])]) in (0, 1)
+    out = runs_["run_b"] / "compare-run_a"
+    cells = pd.read_csv(out / "cells.csv")
+    assert cells[["model", "status_a", "status_b"]].values.tolist() == [["a/model", "ok", "ok"]] and cells.verdict[0] != compare.NOT_COMPARED
+    assert pd.read_csv(out / "differences.csv").query("key == 'models'").empty  # the folders differ, the checkpoint does not
+    printed = capsys.readouterr().out
+    assert f"note: one checkpoint under two names: a/model in A, b/model in B (sha256 {digest[:12]})" in printed and "no cell is ok" not in printed
+    assert "one checkpoint under two names" in (out / "compare.html").read_text()
+
+
+def test_different_checkpoints_under_one_name_are_flagged(checkpoint_runs):
+    comparison = compare.compare_runs(checkpoint_runs["run_a"], checkpoint_runs["run_c"])
+    a, c = (checkpoint_digest(checkpoint_runs[run])[:12] for run in "ac")
+    assert comparison.notes == (f"different checkpoints under one name: a/model is sha256 {a} in A, {c} in B",)
+    assert comparison.cells[["model", "status_a", "status_b"]].values.tolist() == [["a/model", "ok", "ok"]]  # one architecture's time, compared
+    assert comparison.differences[["key", "a", "b"]].values.tolist() == [["models", f'["sha256 {a}"]', f'["sha256 {c}"]']]
+    assert "note: different checkpoints under one name: a/model" in "\n".join(compare.summary_lines(comparison))
+
+
+def test_a_load_scenarios_cells_match_by_digest_too(tmp_path):
+    """Load-only runs of one checkpoint from two folders (rows written by hand): their offline cells are compared."""
+    for run, name, rate in (("a", "tiny-bert", 100.0), ("b", "bert-copy", 101.0)):
+        folder = tmp_path / run / "cpu-pytorch"
+        with ResultsWriter(folder) as writer:
+            for round_number in (1, 2):
+                cell = {**ENVIRONMENT, "environment": "cpu-pytorch", "model": f"/{run}/{name}", "batch_size": 8, "sequence_length": 64, "workload": "forward"}
+                writer.append(make_row({**cell, "scenario": "offline", "round": round_number, "samples_per_s": rate, "valid": True, "model_digest": "d" * 64}, "ok"))
+        write_json(folder / "environment.json", info("cpu-pytorch", output_dir=str(folder)))
+    comparison = compare.compare_runs(tmp_path / "a", tmp_path / "b")
+    assert comparison.cells[["model", "scenario", "status_a", "status_b"]].values.tolist() == [["tiny-bert", "offline", "ok", "ok"]]
+    assert comparison.notes == (f"one checkpoint under two names: tiny-bert in A, bert-copy in B (sha256 {'d' * 12}); compared as tiny-bert",)

@@ -307,17 +307,18 @@ def test_the_summary_notebook_shows_the_generation_section_apart_from_the_forwar
     assert {"generation_fastest.csv", "generation_divergence_reduced.csv"} <= {path.name for path in tables_dir.iterdir()}
     assert (tmp_path / "fwd" / "figures" / "tpot_vs_prompt_length.png").is_file()
     opening = "Generating 16 tokens on cpu (AMD EPYC), the fastest environment is cpu-tensorflow-xla"
-    assert page.index("Findings") < page.index("11. Generation") < page.index(opening)
-    assert "Flagged: cpu-onnxruntime (float32) generated other tokens" in page and "These runs have no generate cells" not in page
+    # The generation's findings are among the summary's, before its sections; its section comes after the forward pass's.
+    assert page.index("Findings") < page.index(opening) < page.index('.-Speed-up-over-eager-PyTorch-float32"') < page.index('.-Generation"')
+    assert "Flagged: cpu-onnxruntime (float32) generated other tokens" in page and "Not measured in these runs: the load scenarios" in page
 
     write_run(tmp_path / "only-forward", forward)
     page = render_summary([tmp_path / "only-forward"]).read_text(encoding="utf-8")
-    assert "These runs have no generate cells (<code>workload: generate</code>)" in page
+    assert "Not measured in these runs: generation (<code>workload: generate</code>)" in page and '.-Generation"' not in page
     assert not (tmp_path / "only-forward" / "tables" / "generation.csv").exists()
 
     # Generation alone, every token the baseline's: no first divergence anywhere.
     write_run(tmp_path / "only-generation", [{**row, "token_agreement": 1.0, "first_divergence": None, "tpot_samples_s": []} for row in made_rows()])
     page = render_summary([tmp_path / "only-generation"]).read_text(encoding="utf-8")
-    assert "These runs measured generation only: its findings open section 11" in page
+    assert 'id="1.-Generation"' in page and '-What-was-measured"' not in page  # generation alone: its section alone
     assert "Every float32 environment compared generated the same tokens as eager PyTorch float32." in page
     assert len(pd.read_csv(tmp_path / "only-generation" / "tables" / "generation.csv")) == 20

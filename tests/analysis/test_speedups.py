@@ -139,7 +139,7 @@ def test_findings_give_the_answer_the_claims_and_the_warnings(rows: pd.DataFrame
     assert "Cell by cell on cuda (box), the fastest environment of the 4 cells (model and shape) is gpu-pytorch-fp16 in 4 (clearly in 0)." in sentences
     verdicts = next(s for s in sentences if s.startswith("The 2019 claims: "))
     assert "“A TorchScript-traced model is about 20% faster than the same eager PyTorch model on average” does not hold on cpu (0; 2019: -20)" in verdicts
-    assert any(s.endswith("claims are not checked here: these runs lack what they need (section 7 says what).") for s in sentences)
+    assert any(s.endswith("claims are not checked here: these runs lack what they need (the 2019 claims' table says what).") for s in sentences)
     assert "There is no eager PyTorch float32 environment on cuda (box): gpu-pytorch-fp16 have no speed-up there." in sentences
     assert "cpu-openvino has no ok cell on cpu (box) (error 4): it is in no comparison." in sentences
     assert not any("disturbed" in s for s in sentences)
@@ -160,7 +160,7 @@ def test_findings_when_the_baseline_is_fastest_or_cells_are_missing_or_disturbed
     assert sentences[0].endswith("over 1 cells ok in both; verdict: inconclusive).")
     assert "cpu-torchscript has no row for 1 of the 3 cells measured on cpu (box) (still running, or stopped)." in sentences
     assert "Cell by cell on cpu (box), the fastest environment of the 3 cells (model and shape) is cpu-pytorch in 2 (clearly in 0); 1 are ok in no environment." in sentences
-    assert sentences[-1] == "1 of 3 ok cells were disturbed by other work on the machine: comparisons that rest on them are inconclusive (section 8 lists them)."
+    assert sentences[-1] == "1 of 3 ok cells were disturbed by other work on the machine: comparisons that rest on them are inconclusive (*How far to trust these numbers* lists them)."
     assert speedups.findings(rows.iloc[:0], speedup.iloc[:0], speedup.iloc[:0], speedups.fastest(rows).iloc[:0], claims.claims_table(rows)) == [
         "These runs have no results yet: there is nothing to compare."
     ]

@@ -10,7 +10,7 @@ import pytest
 
 from benchlib.analysis import load as under_load
 
-KINDS = {"cpu-pytorch": ("pytorch", "eager"), "cpu-onnxruntime": ("onnxruntime", "session")}
+KINDS = {"cpu-pytorch": ("pytorch", "eager"), "cpu-onnxruntime": ("onnxruntime", "session"), "cpu-openvino": ("openvino", "model")}
 
 
 def load_row(environment: str, scenario: str, round_number: int = 1, valid: bool = True, **figures: object) -> dict:
@@ -19,7 +19,8 @@ def load_row(environment: str, scenario: str, round_number: int = 1, valid: bool
         "environment": environment, "framework": framework, "mode": mode, "precision": "float32", "options": None, "model": "bert",
         "scenario": scenario, "round": round_number, "status": "ok", "valid": valid, "workload": "forward", "disturbed": False,
         "loadgen_value": "", "max_qps": "", "samples_per_s": "", "agreement": "" if framework == "pytorch" else 0.9999,
-        "max_abs_diff": "" if framework == "pytorch" else 2e-6, "token_agreement": "", **figures,
+        "max_abs_diff": "" if framework == "pytorch" else 2e-6, "token_agreement": "",
+        "reason": "" if valid else "LoadGen: INVALID (Min duration satisfied: NO)", **figures,
     }  # fmt: skip
 
 
@@ -36,12 +37,16 @@ def test_each_scenarios_figure_is_the_median_over_rounds_and_invalid_results_are
     assert table.loc["cpu-pytorch", "single_stream_p90_ms"] == 9.0 and table.loc["cpu-pytorch", "rounds"] == 2
     assert table.loc["cpu-onnxruntime", "server_max_qps"] == 55.0 and table.loc["cpu-pytorch", "offline_samples_per_s"] == 100.0
     assert math.isnan(table.loc["cpu-pytorch", "multi_stream_p99_ms"])  # not measured there
-    assert table.loc["cpu-onnxruntime", "invalid"] == "multi-stream" and table.loc["cpu-pytorch", "invalid"] == ""
+    # An INVALID result has no figure: it is named with LoadGen's reason instead.
+    assert math.isnan(table.loc["cpu-onnxruntime", "multi_stream_p99_ms"])
+    assert table.loc["cpu-onnxruntime", "invalid"] == "multi-stream: INVALID (Min duration satisfied: NO)" and table.loc["cpu-pytorch", "invalid"] == ""
+    assert table.loc["cpu-pytorch", "agreement"] == 1.0 and table.loc["cpu-onnxruntime", "agreement"] == 0.9999
 
 
 def test_the_fastest_per_scenario_and_where_the_ranking_under_load_differs() -> None:
     fastest = under_load.fastest_per_scenario(under_load.scenario_table(ROWS)).set_index("scenario")["fastest"]
-    assert fastest.to_dict() == {"single-stream": "cpu-pytorch", "multi-stream": "cpu-onnxruntime", "server": "cpu-onnxruntime", "offline": "cpu-pytorch"}
+    # cpu-onnxruntime's multi-stream result is INVALID: no scenario has a fastest without a VALID result.
+    assert fastest.to_dict() == {"single-stream": "cpu-pytorch", "server": "cpu-onnxruntime", "offline": "cpu-pytorch"}
     assert under_load.ranking_sentences(under_load.fastest_per_scenario(under_load.scenario_table(ROWS))) == [
         "For bert, cpu-pytorch is the fastest one request at a time, but cpu-onnxruntime serves the most requests per second "
         "under the latency bound (server)."
@@ -84,3 +89,44 @@ def test_generation_under_load_adds_tokens_per_second_and_token_latencies() -> N
     line = under_load.scenario_table(rows).iloc[0]
     assert (line["server_tokens_per_s"], line["server_ttft_p99_ms"], line["server_tpot_p99_ms"], line["offline_tokens_per_s"]) == (600.0, 250.0, 20.0, 960.0)
     assert "server_tokens_per_s" not in under_load.scenario_table(ROWS)  # forward passes have no tokens
+    assert "single_stream_p90_ms" not in under_load.scenario_table(rows)  # a scenario no row measured has no column
+
+
+def test_an_invalid_result_is_never_the_fastest_nor_a_baseline_and_is_named_with_its_reason() -> None:
+    rows = pd.DataFrame([
+        load_row("cpu-pytorch", "single-stream", loadgen_value="8000000"), load_row("cpu-onnxruntime", "single-stream", valid=False, loadgen_value="1000000"),
+        load_row("cpu-pytorch", "offline", valid=False, samples_per_s=500.0), load_row("cpu-onnxruntime", "offline", samples_per_s=90.0),
+    ])  # fmt: skip
+    table = under_load.scenario_table(rows)
+    fastest = under_load.fastest_per_scenario(table).set_index("scenario")
+    assert fastest.loc["single-stream", "fastest"] == "cpu-pytorch" and fastest.loc["single-stream", "environments"] == 1
+    assert fastest.loc["offline", "fastest"] == "cpu-onnxruntime"
+    speedups = under_load.scenario_speedups(rows).set_index(["scenario", "environment"])
+    assert math.isnan(speedups.loc[("single-stream", "cpu-onnxruntime"), "speedup"])  # its only result is INVALID
+    assert speedups.loc[("single-stream", "cpu-onnxruntime"), "no_valid_result"] == "environment"
+    assert math.isnan(speedups.loc[("offline", "cpu-onnxruntime"), "speedup"])  # the baseline's is INVALID: no speed-up over it
+    assert speedups.loc[("offline", "cpu-onnxruntime"), "no_valid_result"] == "baseline"
+    sentences = under_load.findings(table, under_load.fastest_per_scenario(table), under_load.scenario_speedups(rows))
+    assert "1 ms" not in " ".join(sentences) and "500 samples/s" not in " ".join(sentences)  # no INVALID figure in a sentence
+    assert sentences[-1] == (
+        "Not ranked, INVALID in LoadGen's judgement: cpu-pytorch for bert (offline: INVALID (Min duration satisfied: NO)); "
+        "cpu-onnxruntime for bert (single-stream: INVALID (Min duration satisfied: NO))."
+    )
+
+
+def test_the_fastest_and_the_fastest_that_keeps_99_percent_agreement_are_both_named() -> None:
+    rows = pd.DataFrame([
+        *(load_row("cpu-pytorch", "server", r, max_qps=q) for r, q in ((1, 40.0), (2, 42.0))),
+        *(load_row("cpu-onnxruntime", "server", r, max_qps=q, agreement=0.934) for r, q in ((1, 90.0), (2, 95.0))),
+        *(load_row("cpu-openvino", "server", r, max_qps=q, agreement=0.99998) for r, q in ((1, 60.0), (2, 61.0))),
+    ])  # fmt: skip
+    table = under_load.scenario_table(rows)
+    fastest = under_load.fastest_per_scenario(table).iloc[0]
+    assert (fastest["fastest"], fastest["agreement"], fastest["fastest_keeping_99"], fastest["figure_keeping_99"]) == ("cpu-onnxruntime", 0.934, "cpu-openvino", 60.5)
+    sentences = under_load.findings(table, under_load.fastest_per_scenario(table), under_load.scenario_speedups(rows), "under 100 ms at the 90th percentile")
+    assert sentences[0].startswith(
+        "Under load, for bert: requests arriving at random (server), cpu-onnxruntime (serves 92.5 requests/s under 100 ms at the 90th "
+        "percentile, 2.26x eager PyTorch float32 (95% interval "
+    )
+    assert "agreement 0.934) is the fastest; the fastest that keeps 99% agreement with eager PyTorch float32 is cpu-openvino (serves 60.5 requests/s" in sentences[0]
+    assert sentences[0].endswith("agreement 0.99998).")

@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 from benchlib import status
 from benchlib.backends import load_backend
-from benchlib.config.models import ModelError, ModelRequest, resolve_model, task_of
+from benchlib.config.models import ModelError, ModelRequest, checkpoint_digest, file_digest, resolve_model, short_names, task_of
 from benchlib.measure.sweep import run_environment
 from tests.checkpoints import save_bert, save_llama
 
@@ -148,3 +148,24 @@ def test_online_fetches_before_any_kernel_and_says_why_it_could_not(run_cli, net
     lines = completed.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("cpu-pytorch: models: model someone/some-model: could not fetch it from the Hugging Face Hub: ")
     assert "huggingface.co" in attempts.read_text()  # it did try, from the runner
+
+
+def test_a_folder_is_named_by_its_folder_unique_within_a_run() -> None:
+    models = ["bert-base-cased", "sentence-transformers/all-MiniLM-L6-v2", "/r/x/bert", "/r/y/bert", "/r/tiny", "/r/gt/model", "/s/gt/model"]
+    names = short_names(models)
+    assert names == {
+        "bert-base-cased": "bert-base-cased", "sentence-transformers/all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2",
+        "/r/x/bert": "x/bert", "/r/y/bert": "y/bert", "/r/tiny": "tiny", "/r/gt/model": "r/gt/model", "/s/gt/model": "s/gt/model",
+    }  # fmt: skip
+    assert short_names(reversed(models)) == names and short_names(["/q/gt/model"]) == {"/q/gt/model": "gt/model"}  # a generic name keeps its parent
+    assert short_names(["/r/bert-base-cased", "bert-base-cased"])["/r/bert-base-cased"] == "r/bert-base-cased"  # never a catalogue entry's name
+
+
+def test_a_checkpoints_digest_travels_with_its_files_and_changes_with_its_weights(folders: dict[str, Path], tmp_path: Path) -> None:
+    digest = checkpoint_digest(folders["bert"])
+    copy = shutil.copytree(folders["bert"], tmp_path / "elsewhere" / "copy")
+    hits = file_digest.cache_info().hits
+    assert checkpoint_digest(copy) == digest == checkpoint_digest(folders["bert"]) and len(digest) == 64
+    assert file_digest.cache_info().hits > hits  # the original's files are not read again
+    assert checkpoint_digest(save_bert(tmp_path / "other", tokenizer=False, seed=1)) != digest
+    assert checkpoint_digest(folders["config-only"]) != digest  # no weights: its config.json only

@@ -71,7 +71,10 @@ def test_summary_renders_html_tables_and_figures(smoke_run: Path, smoke_models: 
     assert page.count("data:image/png") >= 3
     assert "Speed probe" in page or "speed probe" in page
     assert "Interference was not measured" not in page  # every environment of a fresh run measured it
-    assert "No load scenario was measured in these runs" in page  # the smoke run has none: the section says so
+    # The smoke run has neither generation nor load: one line says so, and neither section is shown.
+    assert "Not measured in these runs: generation (<code>workload: generate</code>); the load scenarios" in page
+    assert '.-Under-load"' not in page and '.-Generation"' not in page
+    assert page.index("Contents:") < page.index('id="1.-What-was-measured"')
 
     averages = pd.read_csv(run / "tables" / "framework_averages.csv")
     assert list(averages.columns) == list(AVERAGES_COLUMNS)
