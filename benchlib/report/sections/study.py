@@ -3,6 +3,9 @@ pairwise comparisons, its spreadsheet per environment, and its claims checked on
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import pandas as pd
 from IPython.display import Markdown, display
 
 from benchlib.analysis import runs, spreadsheet, tables
@@ -37,28 +40,30 @@ def show_pytorch_vs_tensorflow(run: SummaryRun) -> None:
         show_figure(plots.ratio_heatmap(run.rows), run.output_dir, "tf_over_pt_heatmap")
 
 
-@section(
-    "torchscript_vs_eager", "TorchScript against eager PyTorch", CELLS,
+def _comparison(key: str, title: str, caption: str, table: Callable[[pd.DataFrame], pd.DataFrame]) -> None:
+    """Register one of the study's pairwise comparisons: its table (`tables.<key>`), with the comparisons it lacks as notes."""
+
+    def show(run: SummaryRun) -> None:
+        show_table(table(run.rows), run.output_dir, key, tables.missing_comparisons(run.rows, key))
+
+    section(key, title, CELLS, caption)(show)
+
+
+_comparison(
+    "torchscript_vs_eager", "TorchScript against eager PyTorch",
     "The mean change in time per cell (%) of the traced model against the eager one (negative: TorchScript is faster).",
+    tables.torchscript_vs_eager,
 )  # fmt: skip
-def show_torchscript(run: SummaryRun) -> None:
-    show_table(tables.torchscript_vs_eager(run.rows), run.output_dir, "torchscript_vs_eager", tables.missing_comparisons(run.rows, "torchscript_vs_eager"))
-
-
-@section(
-    "xla_vs_function", "XLA against tf.function", CELLS,
+_comparison(
+    "xla_vs_function", "XLA against tf.function",
     "XLA's speed-up over plain `tf.function` (above 1: XLA is faster) and its largest reduction in one cell.",
+    tables.xla_vs_function,
 )  # fmt: skip
-def show_xla(run: SummaryRun) -> None:
-    show_table(tables.xla_vs_function(run.rows), run.output_dir, "xla_vs_function", tables.missing_comparisons(run.rows, "xla_vs_function"))
-
-
-@section(
-    "distilled_vs_teacher", "Distilled models against their teachers", CELLS,
+_comparison(
+    "distilled_vs_teacher", "Distilled models against their teachers",
     "In each environment, the time of distilbert-base-uncased over bert-base-cased and distilgpt2 over gpt2 (the study found about one half).",
+    tables.distilled_vs_teacher,
 )  # fmt: skip
-def show_distilled(run: SummaryRun) -> None:
-    show_table(tables.distilled_vs_teacher(run.rows), run.output_dir, "distilled_vs_teacher", tables.missing_comparisons(run.rows, "distilled_vs_teacher"))
 
 
 @section(
