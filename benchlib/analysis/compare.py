@@ -237,15 +237,17 @@ def _environment_record(environment: str, cells: pd.DataFrame, threshold: float)
         "faster_cells": int((compared["verdict"] == FASTER).sum()), "slower_cells": int((compared["verdict"] == SLOWER).sum()),
         "geomean_change": estimate.ratio - 1, "ci95_low": estimate.low - 1, "ci95_high": estimate.high - 1,
         "interval_over": estimate.over, "threshold": threshold, "verdict": significance.verdict(estimate, threshold, disturbed=len(disturbed)),
-        "disturbed_cells": "; ".join(disturbed), "why": _environment_why(len(compared), len(disturbed)),
+        "disturbed_cells": "; ".join(disturbed), "why": _environment_why(len(compared), len(disturbed), estimate),
     }  # fmt: skip
 
 
-def _environment_why(compared: int, disturbed: int) -> str:
+def _environment_why(compared: int, disturbed: int, estimate: significance.RatioEstimate) -> str:
     """Why an environment's verdict is inconclusive ("" when it is not for these reasons)."""
     if not compared:
         return "no cell is ok in both runs"
-    return f"{disturbed} of its {compared} compared cells were disturbed" if disturbed else ""
+    if disturbed:
+        return f"{disturbed} of its {compared} compared cells were disturbed"
+    return "one figure per cell in a run (one round under load): no interval; measure two rounds or more" if math.isnan(estimate.low) else ""
 
 
 def compare_environments(cells: pd.DataFrame, run_a: Run, run_b: Run, limits: dict[str, float]) -> pd.DataFrame:

@@ -5,7 +5,9 @@ the candidate is faster). Its 95% interval comes from a bootstrap over each cell
 per-round medians when the cell was measured in two rounds or more (the spread between fresh
 processes), else its raw samples (the spread within one process, which understates the first).
 Each resample draws every cell's values again with replacement, baseline and candidate
-independently, and recomputes the ratio; the interval is the 2.5th to 97.5th percentile.
+independently, and recomputes the ratio; the interval is the 2.5th to 97.5th percentile. Where every cell of a side has
+one value (a load cell measured in one round), there is no spread to resample: no interval, and the verdict is
+`inconclusive`.
 """
 
 from __future__ import annotations
@@ -72,6 +74,8 @@ def ratio_interval(
     if not base:
         return RatioEstimate(math.nan, math.nan, math.nan, 0, over)
     point = float(_aggregate(np.array([np.median(v) for v in base]), np.array([np.median(v) for v in candidate]), how))
+    if all(len(v) < 2 for v in base) or all(len(v) < 2 for v in candidate):  # one value a cell: no spread to resample
+        return RatioEstimate(point, math.nan, math.nan, len(base), over)
     rng = np.random.default_rng(seed)
     base_draws = np.column_stack([_resampled_medians(v, rng, resamples) for v in base])
     candidate_draws = np.column_stack([_resampled_medians(v, rng, resamples) for v in candidate])
@@ -83,8 +87,9 @@ def ratio_interval(
 
 def verdict(estimate: RatioEstimate, threshold: float = PRACTICAL_THRESHOLD, disturbed: int = 0) -> str:
     """`faster` or `slower` (the candidate against the baseline) only when the interval excludes 1 and the
-    change is at least `threshold`; `inconclusive` when the comparison rests on disturbed cells or on none."""
-    if disturbed or estimate.cells == 0 or math.isnan(estimate.ratio):
+    change is at least `threshold`; `inconclusive` when the comparison rests on disturbed cells, on none, or on one
+    value a cell on a side (one round under load: no interval)."""
+    if disturbed or estimate.cells == 0 or math.isnan(estimate.ratio) or math.isnan(estimate.low):
         return INCONCLUSIVE
     if estimate.high < 1 and estimate.ratio <= 1 - threshold:
         return FASTER

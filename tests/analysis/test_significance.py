@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -77,3 +79,13 @@ def test_a_comparison_resting_on_disturbed_cells_is_inconclusive():
     assert verdict(estimate) == FASTER and verdict(estimate, disturbed=1) == INCONCLUSIVE
     empty = ratio_interval([], [])
     assert empty.cells == 0 and verdict(empty) == INCONCLUSIVE
+
+
+def test_one_value_a_cell_gives_no_interval_and_an_inconclusive_verdict() -> None:
+    """A load cell measured in one round has one figure: there is no spread to resample, so no interval and no verdict
+    but `inconclusive`, however large the change."""
+    estimate = ratio_interval([[10.0], [20.0]], [[5.0], [10.0]], over="rounds")
+    assert estimate.ratio == pytest.approx(0.5) and math.isnan(estimate.low) and math.isnan(estimate.high)
+    assert verdict(estimate) == INCONCLUSIVE
+    two_rounds = ratio_interval([[10.0, 10.5], [20.0, 21.0]], [[5.0, 5.2], [10.0, 10.1]], over="rounds")
+    assert verdict(two_rounds) == FASTER
