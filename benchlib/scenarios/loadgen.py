@@ -21,6 +21,7 @@ per second.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 import shutil
 import tempfile
@@ -112,16 +113,12 @@ class LoadReport:
 
 
 def recommendations(text: str) -> list[str]:
-    """The lines LoadGen's summary prints under "Recommendations:" (each without its ` * `)."""
-    advice, under = [], False
-    for line in text.splitlines():
-        if line.strip() == "Recommendations:":
-            under = True
-        elif under and line.lstrip().startswith("*"):
-            advice.append(line.lstrip()[1:].strip())
-        elif under:
-            under = line.strip() == "" and not advice
-    return advice
+    """The ` * ` lines LoadGen's summary prints right under "Recommendations:" (each without its ` * `)."""
+    lines = [line.strip() for line in text.splitlines()]
+    if "Recommendations:" not in lines:
+        return []
+    following = itertools.takewhile(lambda line: line.startswith("*"), lines[lines.index("Recommendations:") + 1 :])
+    return [line[1:].strip() for line in following]
 
 
 def parse_summary(text: str) -> dict[str, str]:
