@@ -15,7 +15,9 @@ from benchlib.analysis.compare import DEFAULT_ALPHA, DEFAULT_THRESHOLD
 from benchlib.backends import not_installed_message
 from benchlib.config.jobs import DEFAULT_ENVIRONMENTS, DEFAULT_GRID, default_run_dir, plan_run
 from benchlib.config.params import ParameterError
-from benchlib.launch.local import DEFAULT_MAX_RESTARTS, format_duration, measure_machine_limits, needs_machine_limits, run_jobs
+from benchlib.launch.estimate import Remaining, estimate_run, max_run_minutes
+from benchlib.launch.execution import DEFAULT_MAX_RESTARTS
+from benchlib.launch.local import format_duration, measure_machine_limits, needs_machine_limits, run_jobs
 from benchlib.launch.signals import stoppable
 from benchlib.paths import PROJECT_ROOT
 from benchlib.store.cache import CACHE_VARIABLE, cache_root
@@ -52,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-summary", action="store_true", help="do not render the summary after the environments")
     run.add_argument("--no-limits", action="store_true", help="do not measure the machine's peak GEMM rate and memory bandwidth (machine_limits.json)")
     run.add_argument("--quiet", action="store_true", help="no progress bars")
+    run.add_argument("--yes", action="store_true", help="run a load run whose estimate is over max_run_minutes without asking")
     run.add_argument(
         "--cluster", metavar="ADDRESS",
         help="run each environment as a task on the Dask cluster whose scheduler is at ADDRESS (tcp://HOST:PORT), "
@@ -129,7 +132,16 @@ def command_run(args: argparse.Namespace) -> int:
     except ParameterError as error:
         print(error, file=sys.stderr)
         return USAGE_ERROR
+    if args.cluster and (tuned := [job.name for job in jobs if job.params.tune is not None]):
+        print(f"--cluster: a tune runs on this machine, its points one after another ({', '.join(tuned)} tune)", file=sys.stderr)
+        return USAGE_ERROR
     print(f"run folder: {run_dir}", flush=True)
+    cost = estimate_run(jobs)
+    for line in cost.lines():
+        print(line, flush=True)
+    if cost.jobs and (over := cost.over(max_run_minutes(jobs))) and not (args.yes or confirmed(over)):
+        print(over, file=sys.stderr)
+        return USAGE_ERROR
     start = time.perf_counter()
     limits = not args.no_limits and needs_machine_limits(jobs)
     if not args.no_limits and not limits:
@@ -147,8 +159,9 @@ def command_run(args: argparse.Namespace) -> int:
         if limits:
             measure_machine_limits(jobs, report=lambda line: print(line, flush=True))
         outcomes = run_jobs(
-            jobs, progress=not args.quiet, report=lambda line: print(line, flush=True), max_restarts=args.max_restarts, force=args.force
-        )
+            jobs, progress=not args.quiet, report=lambda line: print(line, flush=True), max_restarts=args.max_restarts, force=args.force,
+            remaining=Remaining(cost) if cost.jobs else None,
+        )  # fmt: skip
     failed = [outcome.name for outcome in outcomes if not outcome.succeeded]
     print(f"{len(outcomes) - len(failed)} of {len(outcomes)} environments succeeded in {format_duration(time.perf_counter() - start)}", flush=True)
     if failed:
@@ -156,6 +169,16 @@ def command_run(args: argparse.Namespace) -> int:
     summary_ok = args.no_summary or (render_summary([run_dir]) and publish_runs([run_dir], run_dir / SITE_DIR))
     print(f"elapsed: {format_duration(time.perf_counter() - start)}")
     return 0 if not failed and summary_ok else 1
+
+
+def confirmed(over: str) -> bool:
+    """Whether the person at the terminal says to go on with a run over its bound (never without a terminal)."""
+    if not sys.stdin.isatty():
+        return False
+    try:
+        return input(f"{over}\ngo on? [y/N] ").strip().lower() in ("y", "yes")
+    except EOFError:
+        return False
 
 
 def publish_runs(run_dirs: list[Path], out: Path, progress: bool = False) -> bool:

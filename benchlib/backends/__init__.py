@@ -78,6 +78,16 @@ class BackendSettings:
         return backend_class(**{name: value for name, value in vars(self).items() if name in names})
 
 
+def plain_knob_words(knob: str, value: Any) -> str:
+    """A knob's setting where the backend has no words of its own for it."""
+    return f"{knob}: {value}"
+
+
+def no_kernel_environment(options: BaseModel) -> dict[str, str]:
+    """A backend whose options all take effect in a running process."""
+    return {}
+
+
 @dataclass(frozen=True)
 class BackendInfo:
     """One backend as the registry knows it, without importing its framework."""
@@ -95,6 +105,13 @@ class BackendInfo:
     extra: str | None = None  # the kit's extra that installs `requires`: pip install 'benchlib[<extra>]'
     oom_classes: tuple[str, ...] = ()  # exception class names that mean out of memory
     oom_messages: tuple[str, ...] = ()  # fragments of its allocators' error messages
+    # The environment variables a kernel must start with for these options to take effect (a runtime reads them once, when
+    # it loads): the runner starts each kernel with them (`kernel_variables`).
+    kernel_environment: Callable[[Any], dict[str, str]] = no_kernel_environment
+    # Its own options a tune's automatic space tries, each with the values worth trying (config/tune.py).
+    tune_knobs: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    # A knob's setting in the runtime's own words (its API or environment variable), for the settings to deploy.
+    knob_words: Callable[[str, Any], str] = plain_knob_words
 
     def runtime(self) -> str:
         """The distribution that runs its models, with its installed version ("openvino 2026.4.0"): its first `versions`."""
@@ -378,7 +395,20 @@ def load_backend(
         mode=mode, device=device, precision=precision, options=info.options(**(options or {})), num_threads=threads,
         num_interop_threads=num_interop_threads, seed=seed, cache_dir=cache_dir, workload=workload,
     )  # fmt: skip
+    missing = {name: value for name, value in info.kernel_environment(settings.options).items() if os.environ.get(name) != value}
+    if missing:
+        started = " ".join(f"{name}={value}" for name, value in missing.items())
+        raise ValueError(
+            f"options: for {framework}, these options take effect only in a kernel started with {started} (its runtime reads "
+            "them once, when it loads): `python -m benchlib run` starts its kernels so; elsewhere, set them before the kernel starts"
+        )
     return info.make(settings)
+
+
+def kernel_variables(framework: str, options: dict[str, Any]) -> dict[str, str]:
+    """The environment variables a kernel of `framework` with `options` must start with (none for most options)."""
+    info = backend_info(framework)
+    return info.kernel_environment(info.options(**options))
 
 
 def is_out_of_memory(exc: BaseException) -> bool:

@@ -40,12 +40,22 @@ GENERATE_KIND = "onnx-generate"
 INT8_GENERATION = "ONNX Runtime int8 generation is not measured: use cpu-openvino-int8, OpenVINO's int8 weight compression"
 
 
+EXECUTION_MODE = {"sequential": "ORT_SEQUENTIAL", "parallel": "ORT_PARALLEL"}
+SPINNING = "session.intra_op.allow_spinning"  # a session's config entry: "1" (spin, the default) or "0"
+
+
 class OnnxRuntimeOptions(BaseModel):
     """ONNX Runtime's own parameters (`options:` in an environment file)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     graph_optimization: Literal["disabled", "basic", "extended", "all"] = "all"
+    # sequential: one operator at a time on the intra-op threads; parallel: independent branches of the graph at once on
+    # the inter-op threads (num_interop_threads)
+    execution_mode: Literal["sequential", "parallel"] = "sequential"
+    # whether the intra-op threads spin while they wait for work (ONNX Runtime's default): false gives the cores back
+    # between calls, at the cost of waking up (session.intra_op.allow_spinning)
+    intra_op_spinning: bool = True
 
 
 def int8_key(onnx: Artefact) -> dict[str, str]:
@@ -91,6 +101,8 @@ class OnnxRuntimeBackend(ExportedBackend):
         self._session_options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, GRAPH_OPTIMIZATION[self.options.graph_optimization])
         self._session_options.intra_op_num_threads = self.num_threads or 0  # 0: ONNX Runtime's default
         self._session_options.inter_op_num_threads = self.num_interop_threads or 0
+        self._session_options.execution_mode = getattr(ort.ExecutionMode, EXECUTION_MODE[self.options.execution_mode])
+        self._session_options.add_session_config_entry(SPINNING, "1" if self.options.intra_op_spinning else "0")
         self._session_options.log_severity_level = 3  # errors only
 
     def unsupported(self) -> str | None:
@@ -149,12 +161,26 @@ class OnnxRuntimeBackend(ExportedBackend):
             "num_threads": options.intra_op_num_threads or None,
             "num_interop_threads": options.inter_op_num_threads or None,
             "graph_optimization": self.options.graph_optimization,
+            "execution_mode": next(name for name, mode in EXECUTION_MODE.items() if options.execution_mode.name == mode),
+            "intra_op_spinning": options.get_session_config_entry(SPINNING) == "1",
             "execution_provider": "CPUExecutionProvider",
             "device": self.device,
         }
 
     def versions(self) -> dict[str, str]:
         return {"onnxruntime": ort.__version__, "optimum-onnx": str(package_version("optimum-onnx"))}
+
+
+def knob_words(knob: str, value: Any) -> str:
+    """A knob's setting in ONNX Runtime's own words (its SessionOptions)."""
+    words = {
+        "num_threads": f"SessionOptions.intra_op_num_threads = {value}",
+        "num_interop_threads": f"SessionOptions.inter_op_num_threads = {value}",
+        "execution_mode": f"SessionOptions.execution_mode = ExecutionMode.{EXECUTION_MODE.get(value, value)}",
+        "intra_op_spinning": f"SessionOptions.add_session_config_entry('{SPINNING}', '{1 if value else 0}')",
+        "graph_optimization": f"SessionOptions.graph_optimization_level = GraphOptimizationLevel.{GRAPH_OPTIMIZATION.get(value, value)}",
+    }
+    return words.get(knob, f"{knob}: {value}")
 
 
 INFO = register(
@@ -171,5 +197,7 @@ INFO = register(
         requires=("onnxruntime", "onnx", "optimum-onnx"),  # torch.onnx.export(dynamo=False) writes the file with onnx; optimum-onnx exports to generate
         extra="onnxruntime",
         oom_messages=("Failed to allocate memory", "bad_alloc"),
+        tune_knobs={"intra_op_spinning": (True, False)},
+        knob_words=knob_words,
     )
 )

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from benchlib.backends import BackendInfo, lazy_import, register
 from benchlib.backends._export import MODEL_FILE, Exported, ExportedBackend
@@ -66,6 +66,16 @@ class OpenVinoOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     performance_hint: Literal["LATENCY", "THROUGHPUT"] = "LATENCY"  # LATENCY: one stream, as every other backend runs
+    # NUM_STREAMS: the CPU plugin's streams (infer requests run at once, the threads divided among them); null: as the
+    # hint decides, AUTO: the plugin's own choice for throughput
+    num_streams: int | str | None = None
+
+    @field_validator("num_streams", mode="before")
+    @classmethod
+    def _streams(cls, value: Any) -> int | str | None:
+        if value is None or value == "AUTO" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            return value
+        raise ValueError(f"must be a positive integer, AUTO (the plugin's choice) or null (as the hint decides), not {value!r}")
 
 
 def converted(onnx: Artefact, cache_dir: Path | None) -> Artefact:
@@ -123,6 +133,8 @@ class OpenVinoBackend(ExportedBackend):
         self._config = {"INFERENCE_PRECISION_HINT": INFERENCE_PRECISION[self.precision], "PERFORMANCE_HINT": self.options.performance_hint}
         if self.num_threads:
             self._config["INFERENCE_NUM_THREADS"] = self.num_threads
+        if self.options.num_streams is not None:
+            self._config["NUM_STREAMS"] = str(self.options.num_streams)
         self._compiled: Any = None
 
     def unsupported(self) -> str | None:
@@ -186,6 +198,16 @@ class OpenVinoBackend(ExportedBackend):
         return {"openvino": ov.get_version(), **{name: str(package_version(name)) for name in ("optimum-intel", "nncf")}}
 
 
+def knob_words(knob: str, value: Any) -> str:
+    """A knob's setting in OpenVINO's own words (the CPU plugin's compile properties)."""
+    words = {
+        "num_threads": f"compile_model(model, 'CPU', {{'INFERENCE_NUM_THREADS': {value}}})",
+        "performance_hint": f"compile_model(model, 'CPU', {{'PERFORMANCE_HINT': '{value}'}})",
+        "num_streams": f"compile_model(model, 'CPU', {{'NUM_STREAMS': '{value}'}})",
+    }
+    return words.get(knob, f"{knob}: {value}")
+
+
 INFO = register(
     BackendInfo(
         framework="openvino",
@@ -200,5 +222,7 @@ INFO = register(
         requires=("openvino", "onnx", "optimum-intel", "nncf"),  # the ONNX export is written with onnx; optimum-intel exports to generate; nncf compresses to int8
         extra="openvino",
         oom_messages=("bad_alloc", "Failed to allocate"),
+        tune_knobs={"performance_hint": ("LATENCY", "THROUGHPUT")},
+        knob_words=knob_words,
     )
 )

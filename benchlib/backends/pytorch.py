@@ -45,6 +45,18 @@ class PyTorchOptions(BaseModel):
 
     attn_implementation: Literal["eager", "sdpa"] | None = None  # None: the model's own default
     compile_mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = "default"
+    # What OpenMP's threads do between two calls: active (spin, ready at once), passive (sleep, giving the cores back, and
+    # pay a wake-up on the next call); null: the OpenMP runtime's default. Read by the runtime when it loads: the kernel
+    # is started with OMP_WAIT_POLICY (`kernel_environment`).
+    omp_wait_policy: Literal["active", "passive"] | None = None
+
+
+def kernel_environment(options: PyTorchOptions) -> dict[str, str]:
+    """OMP_WAIT_POLICY where the options set it, with OMP_DISPLAY_ENV so that the OpenMP runtime prints what it read (to
+    the kernel's log) when it loads."""
+    if options.omp_wait_policy is None:
+        return {}
+    return {"OMP_WAIT_POLICY": options.omp_wait_policy.upper(), "OMP_DISPLAY_ENV": "TRUE"}
 
 
 def use_torch() -> None:
@@ -374,11 +386,24 @@ def thread_settings() -> dict[str, Any]:
     settings: dict[str, Any] = {
         "num_threads": torch.get_num_threads(),
         "num_interop_threads": torch.get_num_interop_threads(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "the OpenMP runtime's default"),  # as this process started
     }
     for key, name in (("openmp_threads", "omp_get_max_threads"), ("mkl_threads", "mkl_get_max_threads")):
         match = re.search(rf"{name}\(\) : (\d+)", info)
         settings[key] = int(match.group(1)) if match else None
     return settings
+
+
+def knob_words(knob: str, value: Any) -> str:
+    """A knob's setting in PyTorch's own words."""
+    words = {
+        "num_threads": f"torch.set_num_threads({value})",
+        "num_interop_threads": f"torch.set_num_interop_threads({value}) before any parallel work",
+        "omp_wait_policy": f"OMP_WAIT_POLICY={str(value).upper()} in the environment before the process starts (OpenMP reads it once)",
+        "attn_implementation": f"from_pretrained(..., attn_implementation={value!r})",
+        "compile_mode": f"torch.compile(model, mode={value!r})",
+    }
+    return words.get(knob, f"{knob}: {value}")
 
 
 INFO = register(
@@ -391,7 +416,10 @@ INFO = register(
         make=lambda settings: settings.make(PyTorchBackend),
         model_class="pytorch",
         versions=("torch",),
+        kernel_environment=kernel_environment,
         oom_classes=("OutOfMemoryError",),  # torch.cuda.OutOfMemoryError and torch.OutOfMemoryError
         oom_messages=("can't allocate memory", "CUDA out of memory"),  # CPU allocator; CUDA caching allocator
+        tune_knobs={"omp_wait_policy": ("active", "passive")},
+        knob_words=knob_words,
     )
 )

@@ -300,6 +300,15 @@ def set_thread_pool(pool: str, num_threads: int) -> None:
         raise RuntimeError(f"{parameter}: TensorFlow's runtime has already started in this process; set {parameter} in a fresh kernel ({exc})") from None
 
 
+def knob_words(knob: str, value: Any) -> str:
+    """A knob's setting in TensorFlow's own words."""
+    words = {
+        "num_threads": f"tf.config.threading.set_intra_op_parallelism_threads({value}) before TensorFlow runs anything",
+        "num_interop_threads": f"tf.config.threading.set_inter_op_parallelism_threads({value}) before TensorFlow runs anything",
+    }
+    return words.get(knob, f"{knob}: {value}")
+
+
 INFO = register(
     BackendInfo(
         framework="tensorflow",
@@ -312,5 +321,6 @@ INFO = register(
         extra="tensorflow",
         oom_classes=("ResourceExhaustedError",),  # tf.errors.ResourceExhaustedError, on the CPU and GPUs
         oom_messages=("OOM when allocating",),
+        knob_words=knob_words,
     )
 )

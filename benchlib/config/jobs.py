@@ -55,6 +55,8 @@ class EnvironmentJob:
         """What this job measures, in one line: backend, device and the grid's size."""
         p = self.params
         generating = f", generating {p.new_tokens} tokens" if p.workload == "generate" else ""
+        if p.tune is not None:
+            return f"{p.framework}/{p.mode} on {p.device}, a tune of {p.tune.objective} for {len(p.models)} models (at most {p.tune_trials} points each, then {p.confirm_rounds} rounds of the best and the default)"
         if p.scenario != [CELL]:
             lengths = ", ".join(str(n) for n in p.request_lengths or ())
             shape = f"{len(p.models)} models x {len(p.scenario)} scenarios; requests of {lengths} tokens batched up to {p.max_batch}{generating}"

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, V
 from benchlib.backends import PRECISIONS, backend_info, frameworks, modes
 from benchlib.config.catalogue import MODEL_SCALES, ModelSpec
 from benchlib.config.models import INPUTS, TASKS, WEIGHTS, ModelError, ModelRequest, resolve_model
+from benchlib.config.tune import OBJECTIVES, TuneSpec, space_problems
 
 DEVICE_PATTERN = r"cpu|cuda(:\d+)?"
 WORKLOADS: tuple[str, ...] = ("forward", "generate")  # one forward pass (the study's); greedy generation of `new_tokens`
@@ -92,6 +93,16 @@ class BenchmarkParams(BaseModel):
     min_duration_s: float = Field(default=10.0, gt=0, description="A load scenario: each LoadGen test runs at least this long...")
     min_query_count: StrictInt = Field(default=100, ge=1, description="... and issues at least this many queries.")
     max_trials: StrictInt = Field(default=8, ge=1, description="Server: LoadGen tests the search for the largest rate under the bound may run.")
+    max_run_minutes: float = Field(
+        default=60.0, gt=0, description="A load run: the most its estimate (printed before any kernel starts) may be before the run asks for --yes."
+    )
+    tune: TuneSpec | None = Field(
+        default=None,
+        description="A search for the best serving settings: {objective: server, offline or single-stream, space: {knob: [values]}} (no space: an automatic one).",
+    )  # fmt: skip
+    tune_trials: StrictInt = Field(default=12, ge=1, description="tune: points measured at most (the default settings' among them)...")
+    tune_budget_s: float = Field(default=600.0, gt=0, description="... or until this much time is spent (the confirmation aside).")
+    confirm_rounds: StrictInt = Field(default=3, ge=2, description="tune: fresh kernels in which the best point and the default are each measured again, alternately.")
     warmup: StrictInt = Field(default=1, ge=0, description="Untimed calls at least before the samples, then more until the time per call is stable...")
     warmup_max_seconds: float = Field(default=5.0, ge=0, description="... or until this much warm-up time is spent.")
     repeat: int | Literal["auto"] = Field(default=30, description="Samples per cell, or auto: until the mean is known to target_rel_ci.")
@@ -214,8 +225,20 @@ class BenchmarkParams(BaseModel):
         try:
             return backend_info(framework).options(**options).model_dump()
         except ValidationError as error:
-            problems = "; ".join(f"{'.'.join(map(str, p['loc'])) or framework}: {p['msg']}" for p in error.errors())
+            problems = "; ".join(f"{'.'.join(map(str, p['loc'])) or framework}: {p['msg'].removeprefix('Value error, ')}" for p in error.errors())
             raise ValueError(f"for {framework}: {problems}") from None
+
+    @field_validator("tune")
+    @classmethod
+    def _tune_space(cls, tune: TuneSpec | None, info: ValidationInfo) -> TuneSpec | None:
+        """Every knob of the space is the kit's or the backend's, every value one they take."""
+        framework, options = info.data.get("framework"), info.data.get("options")
+        if tune is None or not framework or options is None:
+            return tune
+        problems = space_problems(tune, framework, options, info.data.get("workload", "forward"))
+        if problems:
+            raise ValueError("; ".join(problem.removeprefix("tune.") for problem in problems))
+        return tune
 
     @field_validator("current_round")
     @classmethod
@@ -246,9 +269,17 @@ def load_scenario(values: Any) -> Any:
     DEFAULT_REQUEST_LENGTHS; when generating, the prompts' lengths) become the cells' sequence lengths and `max_batch`
     their batch size, the requests are text unless `inputs` says otherwise (lengths vary as real traffic's do), and the
     parameters that only a cell or only generation has are refused, each with one line, as is a generating server without
-    its token bounds."""
+    its token bounds. A `tune` measures its objective's scenario alone."""
     if not isinstance(values, dict):
         return values
+    objective = values["tune"].get("objective") if isinstance(values.get("tune"), dict) else None
+    if isinstance(values.get("tune"), dict) and objective not in OBJECTIVES:
+        raise ValueError(f"tune: objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
+    if objective in OBJECTIVES:  # a tune measures its objective's scenario
+        given = values.get("scenario", [objective])
+        if (given if isinstance(given, list) else [given]) != [objective]:
+            raise ValueError(f"tune: a tune measures its objective's scenario alone (scenario: [{objective}]), not {given!r}")
+        values = {**values, "scenario": [objective]}
     scenario = values.get("scenario", [CELL])
     scenario = [scenario] if isinstance(scenario, str) else scenario
     values = {**values, "scenario": scenario}

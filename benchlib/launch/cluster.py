@@ -35,7 +35,8 @@ from distributed.comm.registry import backends
 
 from benchlib import status
 from benchlib.config.jobs import EnvironmentJob, round_schedule, rounds_of
-from benchlib.launch.local import DEFAULT_MAX_RESTARTS, EnvironmentOutcome, format_duration, measure_machine_limits, run_job
+from benchlib.launch.execution import DEFAULT_MAX_RESTARTS, EnvironmentOutcome, run_job
+from benchlib.launch.local import format_duration, measure_machine_limits
 from benchlib.launch.polling import Poller
 from benchlib.store.environment import merge_environment, write_json
 from benchlib.store.layout import ENVIRONMENT_FILE, KERNEL_LOG, LIMITS_FILE, host_file, limits_notebook_device, results_path

@@ -12,15 +12,17 @@ from benchlib.launch.kernel import KernelWatch
 from benchlib.store.recovery import RUNNER_PID_ENV
 
 
-def execute_notebook(notebook: Path, output: Path, parameters: dict[str, Any], log: Path, watch: KernelWatch | None = None) -> None:
+def execute_notebook(
+    notebook: Path, output: Path, parameters: dict[str, Any], log: Path, watch: KernelWatch | None = None, environment: dict[str, str] | None = None,
+) -> None:  # fmt: skip
     """Execute `notebook` with `parameters` injected into a fresh kernel, the executed copy written to `output`;
-    the kernel works in the notebook's folder and writes its stdout and stderr to `log`. Raises what papermill
-    raises (the notebook's own exception, or a dead kernel's)."""
+    the kernel works in the notebook's folder, starts with `environment` over this process's variables and writes its
+    stdout and stderr to `log`. Raises what papermill raises (the notebook's own exception, or a dead kernel's)."""
     import papermill
 
     papermill.execute_notebook(
         str(notebook), str(output), parameters=parameters, cwd=str(notebook.parent), progress_bar=False,
-        kernel_manager_class=kernel_manager_logging_to(log, watch),
+        kernel_manager_class=kernel_manager_logging_to(log, watch, environment),
     )  # fmt: skip
 
 
@@ -33,8 +35,9 @@ def describe_failure(exc: BaseException) -> str:
     return status.describe(exc)
 
 
-def kernel_manager_logging_to(path: Path, watch: KernelWatch | None = None) -> type:
-    """A kernel manager class whose kernels write their process's stdout and stderr to `path`.
+def kernel_manager_logging_to(path: Path, watch: KernelWatch | None = None, environment: dict[str, str] | None = None) -> type:
+    """A kernel manager class whose kernels write their process's stdout and stderr to `path`, started with `environment`
+    (variables a runtime reads when it loads) over this process's.
 
     Framework start-up messages then stay out of the console and remain for a post-mortem.
     With `watch`, the kernel's process is handed to it when the kernel starts. The kernel gets this
@@ -53,7 +56,7 @@ def kernel_manager_logging_to(path: Path, watch: KernelWatch | None = None) -> t
     class LoggingKernelManager(AsyncKernelManager):
         async def start_kernel(self, **kw: Any) -> None:
             with open(path, "ab") as log:  # the kernel process keeps its own copy of the descriptor
-                await super().start_kernel(stdout=log, stderr=log, env={**os.environ, RUNNER_PID_ENV: str(os.getpid())}, **kw)
+                await super().start_kernel(stdout=log, stderr=log, env={**os.environ, **(environment or {}), RUNNER_PID_ENV: str(os.getpid())}, **kw)
             if watch is not None:
                 watch.process = getattr(self.provisioner, "process", None)  # a local kernel's Popen
 

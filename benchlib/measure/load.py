@@ -31,7 +31,9 @@ import numpy as np
 
 from benchlib import status
 from benchlib.measure.interference import Interference, InterferenceMeter
-from benchlib.scenarios.loadgen import TPOT_PERCENTILES, TTFT_PERCENTILES, LoadReport, LoadSettings, early_stopping_queries, run_loadgen
+from benchlib.scenarios.loadgen import (
+    TPOT_PERCENTILES, TTFT_PERCENTILES, LoadReport, LoadSettings, early_stopping_minimum, early_stopping_queries, run_loadgen,
+)  # fmt: skip
 from benchlib.scenarios.search import search_max_qps
 from benchlib.scenarios.serving import StreamCall, batch_buckets
 from benchlib.status import Unsupported
@@ -280,11 +282,15 @@ class ScenarioRun:
         p = self.params
         expected = self.throughput_guess if scenario == "offline" else 1 / self.single_s
         seconds = {name: None if ms is None else ms / 1000 for name, ms in (("ttft_bound_s", p.ttft_bound_ms), ("tpot_bound_s", p.tpot_bound_ms))}
-        return LoadSettings(
+        settings = LoadSettings(
             scenario=scenario, min_duration_s=p.min_duration_s, min_query_count=p.min_query_count, expected_qps=expected,
             samples_per_query=p.samples_per_query, latency_bound_s=p.latency_bound_ms / 1000, latency_percentile=p.latency_percentile,
             new_tokens=p.new_tokens if self.generating else None, **seconds, **changes,
         )  # fmt: skip
+        if settings.percentile is None or "min_query_count" in changes:
+            return settings
+        # the fewest queries early stopping accepts, asked for from the start rather than on LoadGen's advice after a test
+        return dataclasses.replace(settings, min_query_count=max(settings.min_query_count, early_stopping_minimum(scenario, settings.percentile)))
 
     def bounds(self) -> str:
         """The server's bounds, in words."""

@@ -129,6 +129,19 @@ COLUMNS: dict[str, str] = {
     "figure": "The fastest environment's figure, in the unit of its column.",
     "fastest_keeping_99": "The fastest environment whose agreement with eager PyTorch float32 is at least 99% (MLPerf's rule).",
     "figure_keeping_99": "That environment's figure.",
+    # at its best (a tune)
+    "objective": "What the tune searched for: `server` (the largest rate VALID under the bound), `offline` (samples per second) or `single-stream` (the lowest latency at its percentile).",
+    "points": "How many points (settings) the search measured, each in a fresh kernel.",
+    "refused": "Points that may not be chosen: LoadGen found them INVALID, or their answer was beyond the precision's tolerance.",
+    "best_settings": "The best point's settings: the knobs the search varied and their values.",
+    "search_figure": "The best point's figure in the search: the best of several measurements, so biased upward.",
+    "default_figure": "The environment's default settings' figure in the search.",
+    "confirmed_best": "The best point's figure measured again in fresh kernels, the median over the confirmation's rounds.",
+    "confirmed_default": "The default settings' figure in the same rounds, measured alternately with the best point.",
+    "gain": "The best point's speed over the default's in the confirmation (a rate: its figure over the default's; a latency: the default's over its); above 1: a gain.",
+    "gain_low": "The lower end of the gain's 95% interval over the confirmation's rounds.",
+    "gain_high": "The upper end of the gain's 95% interval.",
+    "search_over_confirmed": "The search's figure for the best point over its confirmed figure: above 1 for a rate, the search's luck.",
 }
 
 

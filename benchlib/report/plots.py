@@ -244,6 +244,47 @@ def server_trials(trials: pd.DataFrame, latency_bound_ms: float | None = None) -
     return grid.figure
 
 
+def pareto_front(points: pd.DataFrame) -> pd.DataFrame:
+    """The points no other beats on both throughput (`figure`, higher) and latency (`latency_ms`, lower), by throughput."""
+    ordered = points.sort_values(["figure", "latency_ms"], ascending=[False, True])
+    front, best_latency = [], np.inf
+    for index, row in ordered.iterrows():
+        if row["latency_ms"] < best_latency:
+            front.append(index)
+            best_latency = row["latency_ms"]
+    return points.loc[front].sort_values("figure")
+
+
+def tune_points(points: pd.DataFrame, latency_bound_ms: float | None = None) -> Figure:
+    """Every point of a tune: latency at the percentile against the objective's rate, one panel per model, one colour
+    per environment, each environment's Pareto frontier drawn through its points that may be chosen, refused points as
+    x, the bound dashed where given."""
+    data = points.assign(latency_ms=pd.to_numeric(points["latency_s"], errors="coerce") * 1e3, figure=pd.to_numeric(points["figure"], errors="coerce"))
+    data["chosen"] = np.where(data["figure"].notna(), "may be chosen", "refused")
+    data["figure"] = data["figure"].fillna(0.0)
+    data = data.dropna(subset=["latency_ms"])
+    if data.empty:
+        raise ValueError("points: no point with a latency to plot")
+    grid = sns.relplot(
+        data=data, x="figure", y="latency_ms", hue="environment", style="chosen", markers={"may be chosen": "o", "refused": "X"},
+        col="model", kind="scatter", s=60, height=3, aspect=1.3, facet_kws={"sharey": False, "sharex": False},
+    )  # fmt: skip
+    colours = dict(zip(data["environment"].unique(), sns.color_palette(n_colors=data["environment"].nunique())))
+    for (model, environment), group in data[data["chosen"] == "may be chosen"].groupby(["model", "environment"]):
+        front = pareto_front(group)
+        grid.axes_dict[model].plot(front["figure"], front["latency_ms"], color=colours[environment], linewidth=1)
+    for ax in grid.axes.flat:
+        ax.set_yscale("log")
+        if latency_bound_ms:
+            ax.axhline(latency_bound_ms, color="grey", linestyle="--", linewidth=1)
+    objective = points["objective"].iloc[0]
+    grid.set_axis_labels("largest rate VALID under the bound (/s)" if objective == "server" else "samples per second", "latency at the percentile (ms)")
+    bound = f"; the bound {latency_bound_ms:g} ms dashed" if latency_bound_ms else ""
+    grid.figure.suptitle(f"Every point tried: each environment's Pareto frontier drawn (x refused{bound})", y=1.04)
+    plt.close(grid.figure)
+    return grid.figure
+
+
 def peak_memory(rows: pd.DataFrame) -> Figure:
     """Peak memory (MiB) against sequence length, one panel per model, one line per environment and batch size."""
     measured = rows[(rows["status"] == status.OK)].copy()

@@ -8,6 +8,7 @@ Every link is relative, and no file names the run's folder, the kit's or the hom
 <site>/index.html
 <site>/<run>/index.html, summary.html, tables/*.csv, figures/*.png
 <site>/<run>/<environment>/benchmark.html (benchmark.round<N>.html), results.csv, environment.json
+<site>/<run>/<environment>/points.csv, <site>/<run>/tuned/<environment>/<model>.yaml (a tune's points and settings to deploy)
 ```
 """
 
@@ -99,6 +100,14 @@ def publish_run(run_dir: Path, site_run: Path) -> str:
         links.append(f"- [The summary]({layout.SUMMARY_HTML})")
     for folder in (layout.TABLES_DIR, layout.FIGURES_DIR):
         _copy(run_dir / folder, site_run / folder, paths)
+    for env_dir in sorted(run_dir.glob(f"*/{layout.TUNE_DIR}/{layout.TUNE_TABLE}")):  # a tune's points and its settings to deploy
+        env_name = env_dir.parent.parent.name
+        _copy(env_dir, site_run / env_name / layout.TUNE_TABLE, paths)
+        tuned = sorted((run_dir / layout.TUNED_DIR / env_name).glob("*.yaml"))
+        for settings in tuned:
+            _copy(settings, site_run / layout.TUNED_DIR / env_name / settings.name, paths)
+        shown = [f"[{layout.TUNE_TABLE}]({env_name}/{layout.TUNE_TABLE})"] + [f"[{s.name}]({layout.TUNED_DIR}/{env_name}/{s.name})" for s in tuned]
+        links.append(f"- `{env_name}` tuned: " + ", ".join(shown))
     for env_dir in layout.environment_dirs(run_dir):
         site_env = site_run / env_dir.name
         site_env.mkdir(parents=True, exist_ok=True)
@@ -123,8 +132,8 @@ def publish(run_dirs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[s
     if not runs:
         raise ValueError("RUN: give at least one run folder")
     for run in runs:
-        if not layout.environment_dirs(run):
-            raise ValueError(f"RUN: {run} is not a run folder (no environment folder with a {layout.RESULTS_FILE})")
+        if not layout.environment_dirs(run) and not any(run.glob(f"*/{layout.TUNE_DIR}/{layout.TUNE_TABLE}")):
+            raise ValueError(f"RUN: {run} is not a run folder (no environment folder with a {layout.RESULTS_FILE} or a tune)")
     site = Path(out).resolve()
     if site in runs:
         raise ValueError(f"--out: {site} is a run folder; give a folder of its own (e.g. {site / layout.SITE_DIR})")

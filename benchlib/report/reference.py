@@ -31,7 +31,7 @@ from benchlib.config.params import BenchmarkParams
 from benchlib.paths import OUTPUTS_DIR, PARAMETERS_DIR
 from benchlib.report.glossary import glossary_page
 from benchlib.store.environment import read_environment
-from benchlib.store.layout import TABLES_DIR, environment_dirs
+from benchlib.store.layout import TABLES_DIR, TUNE_DIR, environment_dirs, point_folders
 
 # The allowed values that validators, not the field's type, decide (from the backends' registry).
 REGISTRY_ALLOWED: dict[str, Callable[[], str]] = {
@@ -191,6 +191,9 @@ def run_facts(run_dir: str | os.PathLike[str], link: str | None = None) -> str:
     its published site where given."""
     run_dir = Path(run_dir)
     infos = {env_dir.name: read_environment(env_dir) for env_dir in environment_dirs(run_dir)}
+    for env_dir in sorted(path for path in run_dir.glob(f"*/{TUNE_DIR}") if path.is_dir()):  # tuned: its first point's record
+        if points := point_folders(env_dir.parent):
+            infos.setdefault(env_dir.parent.name, read_environment(points[0]))
     if not infos:
         raise ValueError(f"{run_dir}: no environment folder")
     first = next(iter(infos.values()))

@@ -219,6 +219,22 @@ def run_loadgen(
     )  # fmt: skip
 
 
+# The fewest queries LoadGen's early stopping accepts at each percentile, none of them over the bound: the server counts
+# the queries over its latency bound (the percentile holds with 99% confidence once percentile^n <= 1%), the stream
+# scenarios estimate the percentile's latency itself and need more. LoadGen's own counts, which
+# tests/scenarios/test_early_stopping.py checks against it.
+EARLY_STOPPING_MINIMUM: dict[tuple[str, int], int] = {
+    ("server", 90): 44, ("server", 99): 459,
+    ("single-stream", 90): 64, ("single-stream", 99): 662, ("multi-stream", 90): 64, ("multi-stream", 99): 662,
+}  # fmt: skip
+
+
+def early_stopping_minimum(scenario: str, percentile: int) -> int:
+    """The fewest queries a test of `scenario` judged at `percentile` needs for LoadGen's early stopping: a test with
+    fewer is INVALID whatever its latencies, and one near its bound needs several times more."""
+    return EARLY_STOPPING_MINIMUM[scenario, percentile]
+
+
 def early_stopping_queries(report: LoadReport) -> int | None:
     """The queries LoadGen says a test would have needed for early stopping (its count so far plus the more it asks
     for), or None where early stopping was satisfied or the summary does not say."""

@@ -105,6 +105,35 @@ def last_written(env_dir: PathLike) -> float:
     return (Path(env_dir) / RESULTS_FILE).stat().st_mtime
 
 
+# ---------------------------------------------------------------- a tune's files
+
+TUNE_DIR = "tuning"  # <env>/tuning/: the search's study, its table and each point's folder
+TUNE_JOURNAL = "study.journal"  # Optuna's journal of the study: a stopped tune resumes from it
+TUNE_TABLE = "points.csv"  # one row per point: its settings, its figure, and whether it may be chosen
+CONFIRM_DIR = "confirm"  # <env>/tuning/<model>/confirm/{best,default}/: the confirmation's fresh kernels
+TUNED_DIR = "tuned"  # <run>/tuned/<env>/<model>.yaml: the settings to deploy
+
+
+def point_folder(env_dir: PathLike, model_label: str, number: int) -> Path:
+    """Where point `number` of a tune of the model labelled `model_label` runs (an environment folder of its own)."""
+    return Path(env_dir) / TUNE_DIR / model_label / f"point-{number:03d}"
+
+
+def point_folders(env_dir: PathLike) -> list[Path]:
+    """Every point folder of the tunes of an environment, in order."""
+    return sorted(Path(env_dir).glob(f"{TUNE_DIR}/*/point-*"))
+
+
+def confirm_folder(env_dir: PathLike, model_label: str, which: str) -> Path:
+    """Where the confirmation of `which` ("best" or "default") runs, round after round."""
+    return Path(env_dir) / TUNE_DIR / model_label / CONFIRM_DIR / which
+
+
+def tuned_settings_file(run_dir: PathLike, environment: str, model_label: str) -> Path:
+    """The settings to deploy for one environment and model."""
+    return Path(run_dir) / TUNED_DIR / environment / f"{model_label}.yaml"
+
+
 # ---------------------------------------------------------------- the summary's and compare's files
 
 SPREADSHEET_2019_PREFIX = "spreadsheet_2019_"

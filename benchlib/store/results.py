@@ -199,6 +199,26 @@ def scenario_figure(row: pd.Series) -> str:
     return figure if str(row["valid"]) == "True" or scenario == "server" else f"{figure} (INVALID)"
 
 
+# The figure a tune judges each objective by (config/tune.py), as a tune's points.csv names it, and whether more of it is better.
+OBJECTIVE_FIGURES: dict[str, str] = {"server": "max_qps", "offline": "samples_per_s", "single-stream": "latency_s"}
+HIGHER_IS_BETTER: dict[str, bool] = {"server": True, "offline": True, "single-stream": False}
+
+
+def objective_figure(row: pd.Series) -> tuple[float | None, str]:
+    """A load scenario's row as a tune judges it: its figure (the server's largest VALID rate, Offline's samples per
+    second, single-stream's latency in seconds at its percentile), or None and why it may not be chosen (a status other
+    than ok, such as an answer beyond the precision's tolerance; LoadGen's INVALID; no figure)."""
+    if row["status"] != "ok":
+        return None, f"{row['status']}: {row['reason']}"
+    if str(row["valid"]) != "True":
+        return None, row["reason"] or "LoadGen: INVALID"
+    column = f"latency_p{judged_percentile(row)}_s" if row["scenario"] == "single-stream" else OBJECTIVE_FIGURES[row["scenario"]]
+    figure = pd.to_numeric(row[column], errors="coerce")
+    if pd.isna(figure) or figure <= 0:
+        return None, "no figure"
+    return float(figure), ""
+
+
 ROW_KEY: tuple[str, ...] = (*SCENARIO_KEY, "round", "attempt", "trial")
 
 
@@ -284,15 +304,21 @@ class ReceivedRows:
         return len({key[:cell] for key in self._keys if key[round_at] == str(round_number) and not key[trial_at]})
 
 
-def rows_written(output_dir: Path, round_number: int | None = None, trials: bool = False) -> int:
-    """Number of cells' rows in `<output_dir>/results.csv` (of round `round_number` only, when given; 0 when there is none
-    yet): a server scenario's trials are not cells, and count only with `trials`."""
+def round_rows(output_dir: Path, round_number: int | None = None) -> list[dict[str, str]]:
+    """The rows in `<output_dir>/results.csv` (of round `round_number` only, when given; none when there is no file yet),
+    a server scenario's trials included."""
     try:
         records, _ = split_records(read_exactly(results_path(output_dir)))
     except OSError:
-        return 0
-    rows = [row for record in records if (row := record_row(record)) and (trials or not row["trial"])]
-    return len(rows) if round_number is None else sum(1 for row in rows if (row["round"] or "1") == str(round_number))
+        return []
+    rows = [row for record in records if (row := record_row(record))]
+    return rows if round_number is None else [row for row in rows if (row["round"] or "1") == str(round_number)]
+
+
+def rows_written(output_dir: Path, round_number: int | None = None, trials: bool = False) -> int:
+    """Number of cells' rows in `<output_dir>/results.csv` (of round `round_number` only, when given; 0 when there is none
+    yet): a server scenario's trials are not cells, and count only with `trials`."""
+    return sum(1 for row in round_rows(output_dir, round_number) if trials or not row["trial"])
 
 
 def repair_results(path: Path) -> str | None:

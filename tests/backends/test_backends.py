@@ -121,7 +121,7 @@ def test_each_backends_extra_installs_what_it_requires():
         assert not set(info.requires) & core, info.framework
     assert extras["cluster"] == {"dask", "distributed"} and not extras["cluster"] & core
     assert extras["loadgen"] == {LOADGEN_DISTRIBUTION} and not extras["loadgen"] & core  # the load scenarios' (scenarios/loadgen.py)
-    assert [Requirement(line) for line in project["optional-dependencies"]["all"]] == [Requirement("benchlib[cluster,loadgen,onnxruntime,openvino,tensorflow]")]
+    assert [Requirement(line) for line in project["optional-dependencies"]["all"]] == [Requirement("benchlib[cluster,loadgen,onnxruntime,openvino,tensorflow,tune]")]
     assert "torch==2.13.0" in project["dependencies"]  # any other torch specifier downloads a multi-GB CUDA build
 
 
@@ -143,7 +143,8 @@ def test_validation_derives_frameworks_precisions_devices_and_options_from_the_r
         with pytest.raises(ParameterError) as caught:
             validate_params(tiny_params(tmp_path, **values))
         assert f"parameters: {field}: " in str(caught.value) and message in str(caught.value), str(caught.value)
-    assert validate_params(tiny_params(tmp_path, framework="onnxruntime", mode="session")).options == {"graph_optimization": "all"}
+    defaults = {"graph_optimization": "all", "execution_mode": "sequential", "intra_op_spinning": True}
+    assert validate_params(tiny_params(tmp_path, framework="onnxruntime", mode="session")).options == defaults
 
 
 def test_catalogue_lookup_and_unsupported_entries_follow_the_backend():

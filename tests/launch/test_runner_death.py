@@ -115,7 +115,7 @@ def worker_thread_command(run_dir: Path, params: Path) -> list[str]:
         import threading
         from pathlib import Path
         from benchlib.config.jobs import plan_run
-        from benchlib.launch.local import run_job
+        from benchlib.launch.execution import run_job
         [job] = plan_run(Path({str(run_dir)!r}), "smoke", ["cpu-pytorch"], [{str(params)!r}])
         worker = threading.Thread(target=run_job, args=(job,), kwargs={{"progress": False}})
         worker.start()

@@ -24,7 +24,7 @@ from benchlib.measure import sweep
 from benchlib.measure.load import agreement_columns, load_samples
 from benchlib.report.glossary import COLUMNS as GLOSSARY
 from benchlib.report.render import render_summary
-from benchlib.scenarios.loadgen import PERCENTILES, TPOT_PERCENTILES, TTFT_PERCENTILES, parse_summary
+from benchlib.scenarios.loadgen import PERCENTILES, TPOT_PERCENTILES, TTFT_PERCENTILES, early_stopping_minimum, parse_summary
 from benchlib.scenarios.serving import Request, ServingLoop
 from benchlib.store.layout import LOADGEN_DETAIL, LOADGEN_SUMMARY
 from benchlib.store.results import rows_written
@@ -200,12 +200,12 @@ def test_loadgens_advice_is_followed_and_an_invalid_result_is_never_ranked_nor_a
         baseline = run_environment(load_params(tmp_path, **single), progress=False).iloc[0]
     advised = run_environment(load_params(tmp_path, **single, environment="cpu-torchscript", mode="torchscript", output_dir=str(tmp_path / "cpu-torchscript")), progress=False).iloc[0]
 
-    assert str(baseline["valid"]) == "False" and baseline["reason"] == "LoadGen: INVALID (Min duration satisfied: NO, Early stopping satisfied: NO)"
+    assert str(baseline["valid"]) == "False" and baseline["reason"] == "LoadGen: INVALID (Min duration satisfied: NO)"
     assert "Decrease the expected latency" in (tmp_path / "cpu-pytorch" / baseline["loadgen_log"] / LOADGEN_SUMMARY).read_text(encoding="utf-8")
     assert str(advised["valid"]) == "True" and advised["reason"] == ""
     tries = read_results(tmp_path / "cpu-torchscript", trials=True)  # each test run again is a row of its own, its logs kept
     assert 1 <= len(tries) <= measure_load.RERUNS and set(tries["valid"].astype(str)) == {"False"} and set(tries["scenario"]) == {"single-stream"}
-    assert tries.loc[0, "reason"].startswith("LoadGen: INVALID (Min duration satisfied: NO, Early stopping satisfied: NO); run again as LoadGen advised: expected latency ")
+    assert tries.loc[0, "reason"].startswith("LoadGen: INVALID (Min duration satisfied: NO); run again as LoadGen advised: expected latency ")
     assert tries["reason"].str.contains("; run again as LoadGen advised: ").all() and list(tries["trial"]) == list(range(1, len(tries) + 1))
     assert "Decrease the expected latency" in (tmp_path / "cpu-torchscript" / tries.loc[0, "loadgen_log"] / LOADGEN_SUMMARY).read_text(encoding="utf-8")
     assert parse_summary((tmp_path / "cpu-torchscript" / advised["loadgen_log"] / LOADGEN_SUMMARY).read_text(encoding="utf-8"))["Result is"] == "VALID"
@@ -217,7 +217,7 @@ def test_loadgens_advice_is_followed_and_an_invalid_result_is_never_ranked_nor_a
     assert math.isnan(speedup["speedup"]) and speedup["no_valid_result"] == "baseline"
     findings = (tmp_path / "findings.md").read_text(encoding="utf-8")
     assert "one request at a time (single-stream), cpu-torchscript (" in findings and " is the fastest and keeps 99% agreement" in findings
-    assert "Not ranked, INVALID in LoadGen's judgement: cpu-pytorch for gpt2 (single-stream: INVALID (Min duration satisfied: NO, Early stopping satisfied: NO))." in findings
+    assert "Not ranked, INVALID in LoadGen's judgement: cpu-pytorch for gpt2 (single-stream: INVALID (Min duration satisfied: NO))." in findings
     # A load-only run's summary: its findings, then the load section alone; the contents line names what was not measured.
     assert "Not measured in these runs: the forward pass one call at a time" in findings
     assert page.index("Findings") < page.index("Contents:") < page.index('id="1.-Under-load"')
@@ -242,6 +242,9 @@ def test_a_latency_percentile_is_the_one_loadgen_judges_by_and_the_summary_names
     for log in [multi["loadgen_log"], *trials["loadgen_log"]]:
         detail = (env_dir / log / LOADGEN_DETAIL).read_text(encoding="utf-8")
         assert '"key": "effective_target_latency_percentile", "value": 0.9,' in detail, log
+        queries = int(re.search(r'"key": "effective_min_query_count", "value": (\d+)', detail).group(1))
+        fewest = early_stopping_minimum("multi-stream" if log == multi["loadgen_log"] else "server", 90)
+        assert queries >= fewest > params["min_query_count"], log  # early stopping's fewest, asked for from the start
     render_summary([tmp_path])
     table = pd.read_csv(tmp_path / "tables" / "under_load.csv")
     assert table.loc[0, "multi_stream_p90_ms"] == pytest.approx(float(multi["loadgen_value"]) * 1e-6)

@@ -40,7 +40,7 @@ def test_the_reference_run_published_twice_over_is_a_site_that_opens_from_its_fo
 
 def test_publish_refuses_a_folder_that_is_no_run_and_a_site_in_place_of_a_run(tmp_path: Path, run_cli_in_process) -> None:
     code, _, err = run_cli_in_process(["publish", str(tmp_path), "--out", str(tmp_path / "site")])
-    assert code == 2 and err.strip() == f"RUN: {tmp_path} is not a run folder (no environment folder with a results.csv)"
+    assert code == 2 and err.strip() == f"RUN: {tmp_path} is not a run folder (no environment folder with a results.csv or a tune)"
     run = shutil.copytree(REFERENCE / "cpu-pytorch", tmp_path / "run" / "cpu-pytorch").parent
     code, _, err = run_cli_in_process(["publish", str(run), "--out", str(run)])
     assert code == 2 and err.strip() == f"--out: {run} is a run folder; give a folder of its own (e.g. {run / 'site'})"

@@ -1,5 +1,5 @@
 """The summary, built from parts: each kind of measurement (the forward pass's cells, the 2019 study's tables, generation,
-the load scenarios) offers its sections, and each section says whether a run holds its data, what it finds, and shows
+the load scenarios, tunes) offers its sections, and each section says whether a run holds its data, what it finds, and shows
 its tables and figures. The summary notebook asks every registered section and shows those with data, in order, after
 the findings of all of them and a contents line that also names what the run did not measure.
 
@@ -18,6 +18,7 @@ from benchlib.report.sections.base import (
     KINDS,
     LOAD,
     SECTIONS,
+    TUNE,
     Section,
     SummaryRun,
     contents,
@@ -31,12 +32,12 @@ from benchlib.report.sections.base import (
 )
 
 # Each kind of measurement's module, in the summary's order: importing it registers its sections.
-PARTS: tuple[str, ...] = ("cells", "study", "trust", "machine", "generation", "load")
+PARTS: tuple[str, ...] = ("cells", "study", "trust", "machine", "generation", "load", "tune")
 for _part in PARTS:
     importlib.import_module(f"{__name__}.{_part}")
 del _part
 
 __all__ = [
-    "CELLS", "GENERATION", "KINDS", "LOAD", "PARTS", "SECTIONS", "Section", "SummaryRun", "contents", "findings", "get", "not_measured_sentence",
+    "CELLS", "GENERATION", "KINDS", "LOAD", "PARTS", "SECTIONS", "TUNE", "Section", "SummaryRun", "contents", "findings", "get", "not_measured_sentence",
     "present", "section", "show_section", "show_summary",
 ]  # fmt: skip

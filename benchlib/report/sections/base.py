@@ -13,15 +13,16 @@ from typing import Any
 import pandas as pd
 
 from benchlib.analysis import load as under_load
-from benchlib.analysis import quality, runs
+from benchlib.analysis import quality, runs, tune
 from benchlib.paths import display_path
 
 # The kinds of measurement a run can hold, as the contents line names them, and how a run measures each.
-CELLS, GENERATION, LOAD = "cells", "generation", "load"
+CELLS, GENERATION, LOAD, TUNE = "cells", "generation", "load", "tune"
 KINDS: dict[str, tuple[str, str]] = {
     CELLS: ("the forward pass one call at a time", "`scenario: cell`, the default"),
     GENERATION: ("generation", "`workload: generate`"),
     LOAD: ("the load scenarios", "`scenario`: single-stream, multi-stream, server, offline"),
+    TUNE: ("each runtime at its best settings", "`tune:`"),
 }
 DOCS_PAGE = "docs/summary.md"  # the documentation's page that explains every section
 
@@ -73,7 +74,10 @@ class SummaryRun:
 
     def measured(self) -> dict[str, bool]:
         """Per kind of measurement (KINDS), whether these runs hold any of it."""
-        return {CELLS: not self.rows.empty, GENERATION: not self.generated.empty, LOAD: not self.loaded.empty}
+        return {
+            CELLS: not self.rows.empty, GENERATION: not self.generated.empty, LOAD: not self.loaded.empty,
+            TUNE: bool(tune.tuned_environments(self.run_dirs)),
+        }  # fmt: skip
 
     def runs_line(self) -> str:
         return "Runs: " + ", ".join(f"`{display_path(run_dir)}`" for run_dir in self.run_dirs)

@@ -1,0 +1,122 @@
+"""A tune: the search for an environment's best serving settings under one objective, and the space it searches.
+
+`tune: {objective, space}` in the parameters names the objective (`server`: the largest rate VALID under the bound;
+`offline`: samples per second; `single-stream`: the lowest latency at its percentile) and the space: each knob a list of
+values, the kit's (`KIT_KNOBS`) or a backend's own options (its options model says which and what values; in a space
+shared by several environments, each backend's knobs apply to its own). Without a
+space, an automatic one: streams dividing the cores (the threads divided among them), `max_batch` in powers of two up
+to 16 where requests are batched, and the knobs the backend declares worth trying (`BackendInfo.tune_knobs`). The
+environment's own setting of every knob is always one of its values, so the best point tried is never worse than the
+default by construction.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from benchlib.backends import backend_info, frameworks
+from benchlib.machine import usable_cores
+
+OBJECTIVES: tuple[str, ...] = ("server", "offline", "single-stream")
+# The kit's own knobs: threads (divided among the streams), streams, and how requests are batched.
+KIT_KNOBS: tuple[str, ...] = ("streams", "num_threads", "num_interop_threads", "max_batch", "batch_timeout_ms")
+AUTOMATIC_MAX_BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16)
+Point = dict[str, Any]
+
+
+class TuneSpec(BaseModel):
+    """The `tune` block: the objective and the space (empty: the automatic space)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    objective: Literal[OBJECTIVES]  # type: ignore[valid-type]
+    space: dict[str, list[Any]] = Field(default_factory=dict)
+
+
+def _kit_value_problem(knob: str, value: Any) -> str | None:
+    """Why `value` is no value of the kit's knob `knob` (None when it is one)."""
+    integer = isinstance(value, int) and not isinstance(value, bool)
+    if knob in ("streams", "max_batch", "num_interop_threads"):
+        return None if integer and value >= 1 else "a positive integer"
+    if knob == "num_threads":
+        return None if (integer and value >= 1) or value == "cores" else "a positive integer or cores"
+    return None if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else "a number of milliseconds, 0 or more"
+
+
+def space_problems(spec: TuneSpec, framework: str, options: dict[str, Any], workload: str) -> list[str]:
+    """One line per problem of `spec`'s space for a backend `framework` run with `options`: an unknown knob (with the
+    knobs allowed), an empty list, a value the kit or the backend's options refuse (with what they allow)."""
+    info = backend_info(framework)
+    backend_knobs = tuple(info.options.model_fields)
+    problems = []
+    for knob, values in spec.space.items():
+        where = f"tune.space.{knob}"
+        if knob not in KIT_KNOBS and knob not in backend_knobs and knob not in other_backends_knobs(framework):
+            own = f"; {framework}'s options: {', '.join(backend_knobs)}" if backend_knobs else f"; {framework} has no options of its own"
+            problems.append(f"{where}: unknown knob; the kit's: {', '.join(KIT_KNOBS)}{own}")
+        elif knob not in KIT_KNOBS and knob not in backend_knobs:
+            continue  # another backend's knob: it applies to that backend's environments
+        elif not isinstance(values, list) or not values:
+            problems.append(f"{where}: give a list of one value or more")
+        elif knob in KIT_KNOBS:
+            bad = [value for value in values if _kit_value_problem(knob, value)]
+            if bad:
+                problems.append(f"{where}: {bad[0]!r} is not {_kit_value_problem(knob, bad[0])}")
+            elif knob == "streams" and workload == "generate" and values != [1]:
+                problems.append(f"{where}: a load scenario that generates is served by one stream")
+        else:
+            for value in values:
+                try:
+                    info.options(**{**options, knob: value})
+                except ValidationError as error:
+                    problems.append(f"{where}: {value!r}: {error.errors()[0]['msg'].removeprefix('Value error, ')}")
+                    break
+    return problems
+
+
+def other_backends_knobs(framework: str) -> set[str]:
+    """The options of every registered backend but `framework`: in a space shared by several environments, each
+    backend's knobs apply to its own."""
+    return {knob for other in frameworks() if other != framework for knob in backend_info(other).options.model_fields}
+
+
+def default_point(values: dict[str, Any], knobs: list[str]) -> Point:
+    """The environment's own setting of each of `knobs`: its parameter, or its backend option (`values`: the
+    parameters, `options` with the backend's defaults filled in)."""
+    return {knob: values[knob] if knob in KIT_KNOBS else values["options"][knob] for knob in knobs}
+
+
+def automatic_space(framework: str, scenario: str, workload: str, cores: int | None = None) -> dict[str, list[Any]]:
+    """The space searched where none is given: streams dividing the cores (the threads divided among them), the batch
+    size where requests are batched, and the backend's own knobs worth trying."""
+    cores = cores or usable_cores()
+    space: dict[str, list[Any]] = {}
+    if workload != "generate":
+        space["streams"] = [n for n in range(1, cores + 1) if cores % n == 0]
+    if scenario != "single-stream":  # one request at a time: nothing to batch
+        space["max_batch"] = list(AUTOMATIC_MAX_BATCHES)
+    return {**space, **{knob: list(values) for knob, values in backend_info(framework).tune_knobs.items()}}
+
+
+def full_space(space: dict[str, list[Any]], default: Point) -> dict[str, list[Any]]:
+    """`space` with the environment's own value of each knob among its values (first where it was not there)."""
+    return {knob: values if default[knob] in values else [default[knob], *values] for knob, values in space.items()}
+
+
+def space_size(space: dict[str, list[Any]]) -> int:
+    """The number of points in `space` (the product of its lists' lengths)."""
+    size = 1
+    for values in space.values():
+        size *= len(values)
+    return size
+
+
+def tune_space(params: Any) -> dict[str, list[Any]]:
+    """The space a tune of `params` (BenchmarkParams with a `tune`) searches: its own or the automatic one, the
+    environment's own setting of each knob among the values."""
+    own = set(KIT_KNOBS) | set(backend_info(params.framework).options.model_fields)
+    given = {knob: values for knob, values in params.tune.space.items() if knob in own}
+    given = given or automatic_space(params.framework, params.tune.objective, params.workload)
+    return full_space(given, default_point(params.model_dump(), list(given)))

@@ -1,0 +1,178 @@
+"""A tune: Optuna's search over an environment's serving settings with the real LoadGen, each point a fresh kernel; a stopped
+tune resumed without measuring a finished point again; the best point confirmed against the default in fresh kernels;
+the settings to deploy; the summary's "At its best"; bad input refused before any kernel."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from benchlib import read_results
+from benchlib.analysis import tune as analysis
+from benchlib.analysis.significance import VERDICTS
+from benchlib.cli import main
+from benchlib.config.tune import automatic_space
+from benchlib.report.render import render_summary
+from benchlib.store import layout
+from benchlib.store.recovery import read_in_flight
+from benchlib.store.results import objective_figure
+from tests.kernels import running
+
+MODEL = "bert-base-cased"
+COMMAND = ["-m", "benchlib", "run", "--grid", "tune-smoke", "--environments", "cpu-pytorch", "--no-summary", "--no-limits", "--quiet"]
+
+
+def write_params(path: Path, **values: object) -> Path:
+    path.write_text(yaml.safe_dump(values), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """tune-smoke in eager PyTorch, its runner killed while the second point's kernel measures, then run again to the end."""
+    run = tmp_path_factory.mktemp("tune") / "run"
+    command = [sys.executable, *COMMAND, "--out", str(run)]
+    env_dir = run / "cpu-pytorch"
+    first, second = (layout.point_folder(env_dir, MODEL, number) for number in (0, 1))
+    with running(command) as runner:
+        deadline = time.monotonic() + 300
+        while not (marker := read_in_flight(second)):
+            assert runner.poll() is None and time.monotonic() < deadline, runner.communicate()[0]
+            time.sleep(0.05)
+        runner.kill()
+        runner.wait()
+    while True:  # the kernel notices its runner is gone within a second or so, and ends
+        try:
+            os.kill(marker["pid"], 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    before = {"rows": len(read_results(first, every_attempt=True)), "written": (first / "results.csv").stat().st_mtime_ns}
+    resumed = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    return {"run": run, "env_dir": env_dir, "first": first, "before": before, "output": resumed.stdout}
+
+
+@pytest.mark.e2e
+def test_a_stopped_tune_resumes_its_study_and_measures_no_finished_point_again(tuned: dict) -> None:
+    first = tuned["first"]
+    assert len(read_results(first, every_attempt=True)) == tuned["before"]["rows"] == 1
+    assert (first / "results.csv").stat().st_mtime_ns == tuned["before"]["written"]  # point 0 was not measured again
+    assert "point 0:" not in tuned["output"] and "point 1:" in tuned["output"]  # the half-measured point was finished
+    points = pd.read_csv(tuned["env_dir"] / layout.TUNE_DIR / layout.TUNE_TABLE)
+    assert len(points) == 4 and points["point"].is_unique and {0, 1} <= set(points["point"])  # every point once: the space (2 x 2) whole
+    settings = {(row["streams"], row["max_batch"]) for _, row in points.iterrows()}
+    assert settings == {(1, 2), (1, 4), (2, 2), (2, 4)}
+    assert points.set_index("point").loc[0, "default"] and (points.loc[points["point"] == 0, ["streams", "max_batch"]].values.tolist() == [[1, 4]])
+
+
+@pytest.mark.e2e
+def test_each_point_is_a_kernel_of_its_settings_and_the_best_valid_point_is_chosen(tuned: dict) -> None:
+    env_dir = tuned["env_dir"]
+    points = pd.read_csv(env_dir / layout.TUNE_DIR / layout.TUNE_TABLE)
+    for _, point in points.iterrows():
+        recorded = json.loads((env_dir / point["folder"] / "environment.json").read_text(encoding="utf-8"))["parameters"]
+        assert (recorded["streams"], recorded["max_batch"], recorded["tune"]) == (point["streams"], point["max_batch"], None)
+        row = read_results(env_dir / point["folder"]).iloc[0]
+        assert row["scenario"] == "server" and objective_figure(row)[0] == pytest.approx(point["max_qps"], nan_ok=True)
+    chosen = points.dropna(subset=["max_qps"])
+    best = chosen.loc[chosen["max_qps"].idxmax()]
+    table = analysis.at_its_best([tuned["run"]]).iloc[0]
+    assert table["best_settings"] == best["settings"] and table["search_figure"] == pytest.approx(best["max_qps"])
+    deploy = yaml.safe_load(layout.tuned_settings_file(tuned["run"], "cpu-pytorch", MODEL).read_text(encoding="utf-8"))
+    assert (deploy["streams"], deploy["max_batch"], deploy["tune"], deploy["scenario"]) == (best["streams"], best["max_batch"], None, ["server"])
+    assert f"torch.set_num_threads(" in layout.tuned_settings_file(tuned["run"], "cpu-pytorch", MODEL).read_text(encoding="utf-8")
+
+
+def test_a_point_beyond_the_tolerance_or_invalid_is_never_chosen() -> None:
+    """The figure a tune judges a row by: none for an answer beyond the precision's tolerance (the cell an `error`) or a
+    result LoadGen found INVALID, however fast."""
+    row = pd.Series({"scenario": "server", "status": "ok", "valid": True, "max_qps": 500.0, "reason": "", "latency_percentile": 90})
+    assert objective_figure(row) == (500.0, "")
+    wrong = row.copy()
+    wrong.update({"status": "error", "reason": "agreement 0.91 below the tolerance", "max_qps": 9000.0})
+    assert objective_figure(wrong) == (None, "error: agreement 0.91 below the tolerance")
+    invalid = row.copy()
+    invalid.update({"valid": False, "reason": "LoadGen: INVALID (Early stopping satisfied: NO)"})
+    assert objective_figure(invalid) == (None, "LoadGen: INVALID (Early stopping satisfied: NO)")
+
+
+@pytest.mark.e2e
+def test_the_best_point_is_confirmed_against_the_default_in_fresh_kernels(tuned: dict) -> None:
+    table = analysis.at_its_best([tuned["run"]]).iloc[0]
+    if table["verdict"] == analysis.DEFAULT_WAS_BEST:  # nothing to confirm: no confirmation kernels ran
+        assert not (tuned["env_dir"] / layout.TUNE_DIR / MODEL / layout.CONFIRM_DIR).exists() and table["gain"] == 1
+        return
+    for which in ("best", "default"):
+        rows = read_results(layout.confirm_folder(tuned["env_dir"], MODEL, which))
+        assert sorted(rows["round"]) == [1, 2] and set(rows["scenario"]) == {"server"}  # one fresh kernel a round
+    assert table["verdict"] in VERDICTS and table["rounds"] == 2
+    assert table["gain_low"] <= table["gain"] <= table["gain_high"] and not math.isnan(table["gain_low"])
+    assert table["search_over_confirmed"] == pytest.approx(table["search_figure"] / table["confirmed_best"])
+
+
+@pytest.mark.e2e
+def test_the_deployable_settings_measure_the_chosen_point_again(tuned: dict, tmp_path: Path) -> None:
+    deploy = layout.tuned_settings_file(tuned["run"], "cpu-pytorch", MODEL)
+    again = tmp_path / "again"
+    assert main([*COMMAND[2:], "--params", str(deploy), "--out", str(again)]) == 0
+    recorded = json.loads((again / "cpu-pytorch" / "environment.json").read_text(encoding="utf-8"))["parameters"]
+    chosen = yaml.safe_load(deploy.read_text(encoding="utf-8"))
+    assert (recorded["streams"], recorded["max_batch"], recorded["scenario"]) == (chosen["streams"], chosen["max_batch"], ["server"])
+    assert read_results(again / "cpu-pytorch").iloc[0]["batch_size"] == chosen["max_batch"]
+
+
+@pytest.mark.e2e
+def test_the_summary_shows_at_its_best_on_a_tuned_run_and_says_so_on_one_without(tuned: dict, tmp_path: Path) -> None:
+    page = render_summary([tuned["run"]]).read_text(encoding="utf-8")
+    assert 'id="1.-At-its-best"' in page and "At its best, cpu-pytorch ran bert-base-cased with " in page
+    assert (tuned["run"] / "tables" / "at_its_best.csv").is_file() and (tuned["run"] / "figures" / "tune_points.png").stat().st_size > 0
+    findings = (tuned["run"] / "findings.md").read_text(encoding="utf-8")
+    assert "each runtime at its best settings" not in findings
+
+
+def test_the_automatic_space_divides_the_cores_among_streams_and_tries_the_backends_own_knobs() -> None:
+    assert automatic_space("pytorch", "server", "forward", cores=4) == {
+        "streams": [1, 2, 4], "max_batch": [1, 2, 4, 8, 16], "omp_wait_policy": ["active", "passive"]
+    }  # fmt: skip
+    assert automatic_space("onnxruntime", "single-stream", "forward", cores=2) == {"streams": [1, 2], "intra_op_spinning": [True, False]}
+    assert automatic_space("openvino", "offline", "generate", cores=2) == {"max_batch": [1, 2, 4, 8, 16], "performance_hint": ["LATENCY", "THROUGHPUT"]}
+
+
+BAD = {
+    "unknown knob": ({"tune": {"objective": "server", "space": {"threads": [1, 2]}}}, "tune: space.threads: unknown knob; the kit's: streams, num_threads"),
+    "backend value": (
+        {"tune": {"objective": "server", "space": {"omp_wait_policy": ["sleepy"]}}},
+        "tune: space.omp_wait_policy: 'sleepy': Input should be 'active' or 'passive'",
+    ),
+    "empty space": ({"tune": {"objective": "server", "space": {"streams": []}}}, "tune: space.streams: give a list of one value or more"),
+    "kit value": ({"tune": {"objective": "server", "space": {"max_batch": [0, 4]}}}, "tune: space.max_batch: 0 is not a positive integer"),
+    "objective": ({"tune": {"objective": "fastest"}}, "tune: objective must be one of server, offline, single-stream, not 'fastest'"),
+    "budget": ({"tune_budget_s": 0}, "tune_budget_s: Input should be greater than 0"),
+    "trials": ({"tune_trials": 0}, "tune_trials: Input should be greater than or equal to 1"),
+    "confirm rounds": ({"confirm_rounds": 1}, "confirm_rounds: Input should be greater than or equal to 2"),
+    "scenario": ({"scenario": ["offline"]}, "tune: a tune measures its objective's scenario alone (scenario: [server])"),
+    "server without a bound": (
+        {"workload": "generate", "models": ["distilgpt2"], "tune": {"objective": "server", "space": {"max_batch": [2, 4]}}},
+        "ttft_bound_ms: the server scenario of workload generate is judged",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_tune_input_is_one_line_and_exit_2_before_any_kernel(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    values, message = BAD[case]
+    out = tmp_path / "run"
+    assert main([*COMMAND[2:], "--params", str(write_params(tmp_path / "bad.yaml", **values)), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+    assert not out.exists()
