@@ -45,7 +45,7 @@ from scipy.stats import mannwhitneyu
 
 from benchlib import status
 from benchlib.analysis import load as under_load
-from benchlib.analysis import significance, variance
+from benchlib.analysis import significance, tune, variance
 from benchlib.analysis.runs import NOT_MEASURED, Run, read_run, run_models, short_model_names
 from benchlib.analysis.significance import FASTER, SLOWER
 from benchlib.store.layout import COMPARE_CELLS, COMPARE_DIFFERENCES, RESULTS_FILE, environment_dirs
@@ -102,11 +102,13 @@ def _read_run(run_dir: str | os.PathLike[str]) -> Run:
         raise CompareError(f"{run_dir} is not a run: no <environment>/{RESULTS_FILE} with rows in it")
     run = read_run(run_dir)
     loaded, infos = under_load.compared_cells(run_dir)
-    if not run.environments and loaded.empty:
+    tuned, tuned_infos = tune.compared_cells(run_dir)  # each keyed by its settings
+    extra = [frame for frame in (loaded, tuned) if len(frame)]
+    if not run.environments and not extra:
         raise CompareError(f"{run_dir} is not a run: no <environment>/{RESULTS_FILE} with rows in it")
-    rows = short_model_names(pd.concat([run.rows, loaded], ignore_index=True) if len(loaded) else run.rows, run_models(run_dir))
+    rows = short_model_names(pd.concat([run.rows, *extra], ignore_index=True) if extra else run.rows, run_models(run_dir))
     digests = _digests(run_dir)
-    return Run(run.path, rows.assign(model_digest=[digests.get(path, "") for path in rows["model_path"]]), {**run.environments, **infos})
+    return Run(run.path, rows.assign(model_digest=[digests.get(path, "") for path in rows["model_path"]]), {**run.environments, **infos, **tuned_infos})
 
 
 def _digests(run_dir: str | os.PathLike[str]) -> dict[str, str]:

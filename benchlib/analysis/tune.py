@@ -19,6 +19,11 @@ from benchlib.store.environment import read_environment
 from benchlib.store.results import HIGHER_IS_BETTER, OBJECTIVE_FIGURES, objective_figure, read_results
 
 DEFAULT_WAS_BEST = "the default was the best point"
+# The columns of a tune's points.csv that are not knobs (every other column is one).
+POINT_COLUMNS: tuple[str, ...] = (
+    "model", "model_path", "point", "settings", *OBJECTIVE_FIGURES.values(), "default", "status", "valid", "agreement", "interference",
+    "reason", "latency_s", "refused", "folder",
+)  # fmt: skip
 
 
 def tuned_environments(run_dirs: Iterable[str | os.PathLike[str]]) -> list[Path]:
@@ -150,3 +155,38 @@ def findings(table: pd.DataFrame) -> list[str]:
                 "(between environments, one figure each: no interval)."
             )
     return sentences
+
+
+def compared_cells(run_dir: str | os.PathLike[str]) -> tuple[pd.DataFrame, dict[str, dict[str, Any]]]:
+    """A run's confirmed tunes as `compare` reads cells: the best point and the default of each tuned environment and
+    model, each an environment of its own named by its settings (`cpu-pytorch at max_batch 2, streams 2`), over the
+    confirmation's rounds; so two runs' tunes are compared only where the same settings were measured."""
+    lines, infos = [], {}
+    for env_dir in tuned_environments([run_dir]):
+        points = pd.read_csv(env_dir / layout.TUNE_DIR / layout.TUNE_TABLE)
+        objective = objective_of(points)
+        knobs = [column for column in points.columns if column not in POINT_COLUMNS]
+        for model_path, group in points.groupby("model_path", sort=False):
+            label = Path(group["folder"].iloc[0]).parts[1]
+            for which in ("best", "default"):
+                folder = layout.confirm_folder(env_dir, label, which)
+                if not (folder / layout.RESULTS_FILE).is_file():
+                    continue
+                info = read_environment(folder)
+                parameters = info.get("parameters", {})
+                settings = {knob: parameters[knob] if knob in parameters else parameters.get("options", {}).get(knob) for knob in knobs}
+                name = f"{env_dir.name} at {settings_text(json.dumps(settings))}"
+                rows = read_results(folder)
+                rows = rows[rows["scenario"] == objective]
+                figures = [figure for _, row in rows.iterrows() if (figure := objective_figure(row)[0]) is not None]
+                times = [1 / figure for figure in figures] if HIGHER_IS_BETTER[objective] else figures
+                line = rows.iloc[-1]
+                lines.append({
+                    **{key: line[key] for key in ("workload", "scenario", "batch_size", "sequence_length", "reason")},
+                    "environment": name, "model": model_path, "status": "ok" if times else line["status"],
+                    "time_s": float(pd.Series(times).median()) if times else math.nan, "values": times, "values_over": "rounds",
+                    "samples": times, "disturbed": bool((rows["disturbed"].astype(str) == "True").any()),
+                })  # fmt: skip
+                infos[name] = info
+    return pd.DataFrame(lines), infos
+
