@@ -4,6 +4,7 @@ runs as a static site (`publish`), list or clear the build cache (`cache`), open
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 import time
@@ -131,6 +132,9 @@ def command_run(args: argparse.Namespace) -> int:
         jobs = plan_run(run_dir, args.grid, environments, args.params, overrides)
     except ParameterError as error:
         print(error, file=sys.stderr)
+        return USAGE_ERROR
+    if any(job.params.tune is not None for job in jobs) and importlib.util.find_spec("optuna") is None:
+        print(f"tune: {not_installed_message(['optuna'], 'tune')}", file=sys.stderr)
         return USAGE_ERROR
     if args.cluster and (tuned := [job.name for job in jobs if job.params.tune is not None]):
         print(f"--cluster: a tune runs on this machine, its points one after another ({', '.join(tuned)} tune)", file=sys.stderr)

@@ -4,6 +4,7 @@ the settings to deploy; the summary's "At its best"; bad input refused before an
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -195,3 +196,12 @@ def test_bad_tune_input_is_one_line_and_exit_2_before_any_kernel(case: str, tmp_
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1, err
     assert not out.exists()
+
+
+def test_a_tune_without_optuna_gives_the_pip_line_before_any_kernel(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None if name == "optuna" else find_spec(name, *args))
+    out = tmp_path / "run"
+    assert main([*COMMAND[2:], "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip() == "tune: optuna is not installed: pip install 'benchlib[tune]'" and not out.exists()
+
