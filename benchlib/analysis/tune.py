@@ -54,7 +54,7 @@ def tune_points(run_dirs: Iterable[str | os.PathLike[str]]) -> pd.DataFrame:
         chosen = points[figure.notna()]
         best = chosen.groupby("model")[OBJECTIVE_FIGURES[objective]].transform("max" if HIGHER_IS_BETTER[objective] else "min")
         points["best"] = figure.eq(best.reindex(points.index)).fillna(False)
-        frames.append(points.assign(environment=env_dir.name, objective=objective, figure=figure))
+        frames.append(points.assign(environment=env_dir.name, env_dir=str(env_dir), objective=objective, figure=figure))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
@@ -101,7 +101,7 @@ def at_its_best(run_dirs: Iterable[str | os.PathLike[str]]) -> pd.DataFrame:
         objective = group["objective"].iloc[0]
         best = group[group["best"]]
         label = Path(group["folder"].iloc[0]).parts[1]  # tune/<label>/point-NNN
-        env_dir = next(d for d in tuned_environments(run_dirs) if d.name == environment)
+        env_dir = Path(group["env_dir"].iloc[0])
         row: dict[str, Any] = {
             "environment": environment, "model": model, "objective": objective, "points": len(group),
             "refused": int(group["figure"].isna().sum()),

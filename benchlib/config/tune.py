@@ -58,7 +58,7 @@ def space_problems(spec: TuneSpec, framework: str, options: dict[str, Any], work
             problems.append(f"{where}: unknown knob; the kit's: {', '.join(KIT_KNOBS)}{own}")
         elif knob not in KIT_KNOBS and knob not in backend_knobs:
             continue  # another backend's knob: it applies to that backend's environments
-        elif not isinstance(values, list) or not values:
+        elif not values:
             problems.append(f"{where}: give a list of one value or more")
         elif knob in KIT_KNOBS:
             bad = [value for value in values if _kit_value_problem(knob, value)]

@@ -3,13 +3,15 @@ settings as confirmed in fresh kernels, and every point tried with each environm
 
 from __future__ import annotations
 
+import pandas as pd
+
 from benchlib.analysis import tune
 from benchlib.report import plots
 from benchlib.report.render import show_figure, show_table
 from benchlib.report.sections.base import TUNE, SummaryRun, section
 
 
-def _table(run: SummaryRun):  # noqa: ANN202  (a DataFrame)
+def _table(run: SummaryRun) -> pd.DataFrame:
     return run.shared("tune", lambda: tune.at_its_best(run.run_dirs))
 
 
