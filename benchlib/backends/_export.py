@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -110,6 +111,21 @@ class ExportedBackend:
 
     def reference_output(self, built: Exported, inputs: np.ndarray) -> np.ndarray:
         return reference_output(built.reference, inputs)
+
+    def score_call(self, built: Exported, examples: Sequence[np.ndarray]) -> Callable[[np.ndarray], Any]:
+        """A forward pass on any shape for scoring: the serving call, or when built to generate, optimum's model called
+        without a cache (its logits), each shape of `examples` run once now."""
+        if self.workload != "generate":
+            return self.server_call(built, examples)  # type: ignore[attr-defined]  # each backend's own
+
+        def call(x: np.ndarray) -> Any:
+            ids = torch.from_numpy(np.ascontiguousarray(x, dtype=np.int64))
+            with torch.no_grad():
+                return built.runner(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False).logits
+
+        for example in examples:
+            call(example)
+        return call
 
     def generator(self, built: Exported, inputs: np.ndarray) -> Generator:
         return transformers_generator(built.runner, torch.from_numpy(inputs))

@@ -225,7 +225,8 @@ class PyTorchBackend:
         if self.mode == "compile":  # inductor's own cache (compiled kernels) in the build cache, unless the user placed it
             os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(compiler_cache("inductor", self.cache_dir)))
         self._device = torch.device(self.device)
-        self._served: tuple[Any, Callable[[Any], Any]] | None = None  # the model whose streams' call `server_call` made, and that call
+        # the model whose streams' call `server_call` made, that call, and the shapes it was prepared for
+        self._served: tuple[Any, Callable[[Any], Any], list[tuple[int, ...]]] | None = None
         if self.on_gpu and (self._device.index or 0) >= torch.cuda.device_count():
             raise RuntimeError(f"device {self.device}: PyTorch sees {torch.cuda.device_count()} GPU(s) on this machine")
         if self.num_threads:
@@ -288,8 +289,8 @@ class PyTorchBackend:
         one compiled model in torch.compile (dynamic=False, its recompile limit raised to the shapes), each shape run once
         now. Each call runs in inference mode, which is per thread. Every stream of a model shares one call: a module
         needs nothing of a stream's own, and compiling again would undo the other streams' graphs."""
-        model = built.model
-        if self._served is not None and self._served[0] is model:
+        model, shapes = built.model, [tuple(x.shape) for x in examples]
+        if self._served is not None and self._served[0] is model and self._served[2] == shapes:
             return self._served[1]
         if self.mode == "torchscript":
             with torch.inference_mode(), traceable_masks(), warnings.catch_warnings():
@@ -314,7 +315,7 @@ class PyTorchBackend:
 
         for example in examples:
             call(example)
-        self._served = (model, call)
+        self._served = (model, call, shapes)
         return call
 
     def reference_output(self, built: Built, inputs: Any) -> np.ndarray | None:

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, V
 
 from benchlib.backends import PRECISIONS, backend_info, frameworks, modes
 from benchlib.config.catalogue import MODEL_SCALES, ModelSpec
+from benchlib.config.eval_data import EvalDataError, problems_for_model, read_eval_data
 from benchlib.config.models import INPUTS, TASKS, WEIGHTS, ModelError, ModelRequest, resolve_model
 from benchlib.config.tune import OBJECTIVES, TuneSpec, space_problems
 
@@ -64,6 +65,13 @@ class BenchmarkParams(BaseModel):
         default="random", description="random: seeded token ids; text: text_file tokenized by the model's own tokenizer (the default under load)."
     )
     text_file: str | None = Field(default=None, description="inputs text: the text to tokenize (null: the English sample shipped with the kit).")
+    eval_data: str | None = Field(
+        default=None,
+        description="The user's examples, scored in every environment (JSONL or CSV): text and label, text, text_pair and score, or text (perplexity).",
+    )  # fmt: skip
+    quality_target: float = Field(
+        default=0.99, gt=0, le=1, description="The share of eager float32's score an environment must keep (MLPerf's 0.99; 0.999 its high-accuracy variant)."
+    )
     model_scale: Literal["full", "tiny"] = Field(default="full", description="full: the published sizes; tiny: the same architectures, seconds to build.")
     batch_sizes: list[StrictInt] = Field(min_length=1, description="The batch sizes of the grid (a load scenario: max_batch).")
     sequence_lengths: list[StrictInt] = Field(min_length=1, description="The sequence lengths of the grid (generate: prompt_lengths; load: request_lengths).")
@@ -166,6 +174,20 @@ class BenchmarkParams(BaseModel):
         if text_file is not None and not Path(text_file).is_file():
             raise ValueError(f"no such file: {text_file}")
         return text_file
+
+    @model_validator(mode="after")
+    def _eval_data(self) -> BenchmarkParams:
+        """`eval_data` reads (`read_eval_data`) and every model can score it (`problems_for_model`)."""
+        if self.eval_data is None:
+            return self
+        try:
+            examples = read_eval_data(self.eval_data)
+        except EvalDataError as error:
+            raise ValueError(f"eval_data: {error}") from None
+        problems = [line for name in dict.fromkeys(self.models) for line in problems_for_model(examples, self.model_spec(name), self.model_scale)]
+        if problems:
+            raise ValueError("eval_data: " + "; ".join(problems))
+        return self
 
     @field_validator("repeat", mode="before")
     @classmethod

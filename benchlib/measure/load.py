@@ -23,7 +23,7 @@ import dataclasses
 import itertools
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -237,11 +237,18 @@ Retried = Callable[[LoadReport, Interference | None, str], None]  # a try run ag
 class ScenarioRun:
     """The LoadGen tests of one scenario cell: the samples, the streams' calls, the interference meter and where logs go."""
 
-    def __init__(self, backend: Backend, model: Any, spec: ModelSpec, params: BenchmarkParams, env_dir: Path, meter: InterferenceMeter | None) -> None:
-        self.params, self.env_dir, self.meter, self.spec = params, env_dir, meter, spec
+    def __init__(
+        self, backend: Backend, model: Any, spec: ModelSpec, params: BenchmarkParams, env_dir: Path, meter: InterferenceMeter | None,
+        accuracy_rows: Sequence[np.ndarray] = (),
+    ) -> None:  # fmt: skip
+        """`accuracy_rows`: the user's examples, whose shapes the streams are prepared for too (LoadGen's accuracy mode)."""
+        self.params, self.env_dir, self.meter, self.spec, self.backend = params, env_dir, meter, spec, backend
         self.samples, self.inputs_kind = load_samples(spec, params)
         self.generating = params.workload == "generate"
-        self.calls = (generation_calls if self.generating else stream_calls)(backend, model, params, self.samples)
+        if self.generating:
+            self.calls = generation_calls(backend, model, params, self.samples)
+        else:
+            self.calls = stream_calls(backend, model, params, [*self.samples, *accuracy_rows])
         longest = max(self.samples, key=len)
         full = np.stack([longest] * params.max_batch)
         self.agreement, self.compared = agreement_columns(backend, model, spec, params, full, self.calls[0])

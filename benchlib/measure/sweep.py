@@ -29,6 +29,7 @@ from benchlib.measure.load import ScenarioRun, interference_columns, measure_sce
 from benchlib.measure.memory import CellPeakMemory, imports_frozen
 from benchlib.measure.memory_limit import apply_memory_limit, at_memory_limit
 from benchlib.measure.probe import PROBE_WORKLOAD, run_probe
+from benchlib.measure.quality import quality_columns, served_quality
 from benchlib.measure.timing import Measurement, TimingSpec, measure, prepare_and_call_once
 from benchlib.scenarios.loadgen import LOADGEN_DISTRIBUTION
 from benchlib.store.environment import describe_environment, earlier_probes, write_environment
@@ -40,6 +41,7 @@ from benchlib.store.results import ResultsWriter, finished_cells, is_true, make_
 from benchlib.workloads import forward, generate
 from benchlib.workloads.agreement import Agreement
 from benchlib.workloads.inputs import cell_inputs, load_tokenizer
+from benchlib.workloads.quality import Prepared
 
 Cell = tuple[str, int, int, str]  # model, batch size, sequence length, scenario (a load scenario's: max_batch, its longest request)
 
@@ -115,6 +117,8 @@ def _generate_cell(
 
 
 UnderLoad = Callable[[Cell, Any, ModelSpec, dict[str, Any]], tuple[str, None, str, dict[str, Any]]]
+# (model name, how to score it) -> its quality columns and prepared set: scored once per model and kernel
+ScoredQuality = Callable[[str, Callable[[], tuple[dict[str, Any], Prepared | None]]], tuple[dict[str, Any], Prepared | None]]
 
 
 def measure_load_cell(
@@ -127,13 +131,17 @@ def measure_load_cell(
     try:
         if "run" not in serving and "failure" not in serving:
             start = time.perf_counter()
+            accuracy_rows = serving["quality"].rows if serving.get("quality") is not None else ()
             with backend.inference_context():
-                serving["run"] = ScenarioRun(backend, model, spec, params, env_dir, meter)
+                serving["run"] = ScenarioRun(backend, model, spec, params, env_dir, meter, accuracy_rows)
             serving["prepare_s"] = time.perf_counter() - start
         if "failure" in serving:
             return serving["failure"]
         run = serving["run"]
         state, reason, columns, interference = measure_scenario(run, scenario, attempt, emit_trial, first_trial)
+        if serving.get("quality") is not None and not run.generating and "served" not in serving:
+            serving["served"] = accuracy_under_load(run, serving["quality"], env_dir, spec, params)
+        columns = {**columns, **serving.get("served", {})}
         if run.compared is not None and (judged := within_tolerance(run.compared, params.precision))[0] != status.OK:
             state, reason = judged  # served fast and wrong: not a result, as a cell's
     except Exception as exc:  # this cell fails, and the model's other scenarios if it failed preparing
@@ -143,6 +151,17 @@ def measure_load_cell(
             serving["failure"] = ended
         return ended
     return state, None, reason, {**columns, **interference_columns(interference, params.max_interference), "prepare_s": serving["prepare_s"]}
+
+
+def accuracy_under_load(run: ScenarioRun, prepared: Prepared, env_dir: Path, spec: ModelSpec, params: BenchmarkParams) -> dict[str, Any]:
+    """The model's accuracy test under load (`measure.quality.served_quality`) through the scenario's own streams; a
+    failure is the row's `quality_reason`, and its scenarios' figures stand."""
+    try:
+        with run.backend.inference_context():
+            return served_quality(prepared, run.calls, params.max_batch, env_dir, spec.name, params.current_round, params.seed)
+    except Exception as exc:  # noqa: BLE001
+        raise_if_interrupted(exc)
+        return {"served_quality_value": "", "accuracy_log": "", "quality_reason": f"accuracy test under load failed: {status.describe(exc)}"}
 
 
 def next_trial(results: Path, cell: dict[str, Any]) -> int:
@@ -197,15 +216,17 @@ def failure(exc: Exception, params: BenchmarkParams, peak_resident: int | None =
 def sweep_model(
     backend: Backend, spec: ModelSpec, params: BenchmarkParams, shapes: list[tuple[int, int, str]],
     emit: Callable[..., None], begin: Callable[[Cell], None], meter: InterferenceMeter | None = None, unsupported: str | None = None,
-    under_load: UnderLoad | None = None,
+    under_load: UnderLoad | None = None, scored_quality: ScoredQuality = lambda model, score: score(),
 ) -> None:  # fmt: skip
     """Measure `shapes` (batch size, sequence length, scenario) of one model, building it once and only if a shape needs
     it; with `unsupported` (`model_unsupported`'s reason) every cell that fits is `unsupported`. A load scenario's cell is
     measured by `under_load` (`measure_load_cell`), which prepares the model's serving once for all its scenarios.
 
-    `begin(cell)` is called before a cell's model is built or measured, `emit(cell, status, ...)` when it ends.
+    `begin(cell)` is called before a cell's model is built or measured, `emit(cell, status, ...)` when it ends. Once built,
+    the model's quality on the user's data is scored (`measure.quality`), or taken from `scored_quality`'s record of an
+    earlier sweep of this kernel; its columns go in every row of the model.
     """
-    model, build_failure, attention, built, serving = None, None, "", {}, {}
+    model, build_failure, attention, built, serving, quality = None, None, "", {}, {}, {}
     for batch_size, sequence_length, scenario in shapes:
         cell = (spec.name, batch_size, sequence_length, scenario)
         if not spec.fits(params.positions(sequence_length)):
@@ -221,6 +242,7 @@ def sweep_model(
                         model = backend.build(spec, params.model_scale)
                         built = build_cost(time.perf_counter() - start, artefacts)
                     attention = backend.attn_implementation(model)
+                    quality, serving["quality"] = scored_quality(spec.name, lambda: quality_columns(backend, model, spec, params))
                 except Exception as exc:  # the model's cells fail, the sweep goes on
                     raise_if_interrupted(exc)
                     state, _, reason = failure(exc, params)
@@ -236,7 +258,7 @@ def sweep_model(
                 state, measurement, reason, columns = under_load(cell, model, spec, serving)
             if state != status.OK:
                 backend.free()
-            emit(cell, state, measurement, reason, attn_implementation=attention, **built, **columns)
+            emit(cell, state, measurement, reason, attn_implementation=attention, **{**built, **quality, **columns})
     del model
     serving.clear()  # the streams' calls hold the model
     backend.free()
@@ -419,6 +441,14 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
             bar.set_postfix_str(f"{label(cell)} {state}{' disturbed' if row['disturbed'] is True else ''}")
             bar.update()
 
+        scored: dict[str, tuple[dict[str, Any], Prepared | None]] = {}
+
+        def scored_quality(model: str, score: Callable[[], tuple[dict[str, Any], Prepared | None]]) -> tuple[dict[str, Any], Prepared | None]:
+            if model not in scored:  # a cell measured again is not scored again
+                bar.set_postfix_str(f"{model}: scoring its quality")
+                scored[model] = score()
+            return scored[model]
+
         def sweep(cells: list[Cell], why: str) -> None:
             for name in dict.fromkeys(cell[0] for cell in cells):
                 spec = params.model_spec(name)
@@ -427,7 +457,7 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
                 if not unsupported[name] and (first := first_to_build(spec, params, shapes)) is not None:
                     begin(first, probing=True)
                 now["probe_s"] = probe(f"before {name}{why}")
-                sweep_model(backend, spec, params, shapes, emit, begin, meter, unsupported[name], under_load)
+                sweep_model(backend, spec, params, shapes, emit, begin, meter, unsupported[name], under_load, scored_quality)
 
         try:
             sweep(todo, "")

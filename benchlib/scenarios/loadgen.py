@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import re
 import shutil
 import tempfile
@@ -32,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from benchlib.scenarios.serving import Request, ServingLoop, StreamCall
+from benchlib.store.layout import LOADGEN_ACCURACY as ACCURACY_FILE
 from benchlib.store.layout import LOADGEN_DETAIL as DETAIL_FILE
 from benchlib.store.layout import LOADGEN_SUMMARY as SUMMARY_FILE
 from benchlib.store.results import MLPERF_PERCENTILE
@@ -217,6 +219,70 @@ def run_loadgen(
         settings.scenario, figures.get("Result is") == "VALID", figures, folder, tokens=bool(tokens), percentile=settings.percentile,
         advice=tuple(recommendations(text)),
     )  # fmt: skip
+
+
+Respond = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (one request's output row, its ids) -> its response
+
+
+def run_accuracy(
+    samples: Sequence[np.ndarray], calls: Sequence[StreamCall], max_batch: int, folder: Path, respond: Respond, as_array: Callable[[object], np.ndarray]
+) -> list[np.ndarray]:  # fmt: skip
+    """LoadGen's accuracy mode (AccuracyOnly, Offline: every sample issued once, at once) against a serving loop of
+    `calls`: each request's response (`respond(its row of the batch's output, its ids)`, float32) is handed to LoadGen,
+    which logs its bytes in `mlperf_log_accuracy.json`, kept in `folder` with its summary and detail. Returns the
+    responses read back from that log, by sample."""
+    import mlperf_loadgen as lg
+
+    kept: list[np.ndarray] = []  # each response's buffer, alive until LoadGen has copied it
+
+    def complete(batch: list[Request], output: object) -> None:
+        if output is None:  # a worker failed: `close` raises it
+            lg.QuerySamplesComplete([lg.QuerySampleResponse(request.id, 0, 0) for request in batch])
+            return
+        rows = as_array(output)
+        answers = []
+        for row, request in zip(rows, batch):
+            response = np.ascontiguousarray(respond(row, request.ids), dtype=np.float32)
+            kept.append(response)
+            answers.append(lg.QuerySampleResponse(request.id, response.ctypes.data, response.nbytes))
+        lg.QuerySamplesComplete(answers)
+
+    test = lg.TestSettings()
+    test.scenario, test.mode = lg.TestScenario.Offline, lg.TestMode.AccuracyOnly
+    test.offline_expected_qps = max(1.0, float(len(samples)))
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="loadgen-") as scratch:
+        output = lg.LogOutputSettings()
+        output.outdir, output.copy_summary_to_stdout = scratch, False
+        log = lg.LogSettings()
+        log.log_output, log.enable_trace = output, False
+        with ServingLoop(calls, max_batch, 0.0, complete) as loop:
+
+            def issue(query_samples: Sequence[object]) -> None:
+                loop.submit(Request(sample.id, samples[sample.index]) for sample in query_samples)
+
+            with _constructed(lg.ConstructSUT, lg.DestroySUT, issue, lambda: None) as sut, \
+                 _constructed(lg.ConstructQSL, lg.DestroyQSL, len(samples), len(samples), lambda _: None, lambda _: None) as qsl:  # fmt: skip
+                lg.StartTestWithLogSettings(sut, qsl, test, log)
+        for name in (*KEPT_FILES, ACCURACY_FILE):
+            shutil.copyfile(Path(scratch) / name, folder / name)
+    return read_accuracy_log(folder / ACCURACY_FILE, len(samples))
+
+
+def read_accuracy_log(path: Path, samples: int) -> list[np.ndarray]:
+    """The float32 responses LoadGen logged in `path` (mlperf_log_accuracy.json), by sample index; a ValueError where
+    a sample has none (or two)."""
+    entries = json.loads(path.read_text(encoding="utf-8"))
+    found: dict[int, np.ndarray] = {}
+    for entry in entries:
+        index = int(entry["qsl_idx"])
+        if index in found:
+            raise ValueError(f"{path}: sample {index} was answered twice")
+        found[index] = np.frombuffer(bytes.fromhex(entry["data"]), dtype=np.float32)
+    missing = [index for index in range(samples) if index not in found]
+    if missing:
+        raise ValueError(f"{path}: {len(missing)} of {samples} samples have no response (the first: {missing[0]})")
+    return [found[index] for index in range(samples)]
 
 
 # The fewest queries LoadGen's early stopping accepts at each percentile, none of them over the bound: the server counts

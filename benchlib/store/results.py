@@ -32,6 +32,10 @@ COLUMNS: tuple[str, ...] = (
     "scenario", "trial", "target_qps", "max_qps", "valid", "samples_per_s", "latency_p50_s", "latency_p90_s", "latency_p99_s",
     "loadgen_metric", "loadgen_value", "loadgen_log", "ttft_p99_s", "tpot_p99_s", "latency_percentile",
     "model_digest",  # a folder's or Hub id's checkpoint: the sha256 of its config.json and weights (config.models.checkpoint_digest)
+    # Quality on the user's data (`eval_data`; perplexity on the text when generating), the same in every row of a model.
+    "quality_data", "quality_metric", "quality_value", "quality_low", "quality_high", "quality_reference", "quality_ratio",
+    "quality_ratio_low", "quality_ratio_high", "quality_target", "quality_verdict", "quality_n", "quality_truncated", "quality_f1",
+    "quality_s", "quality_reason", "served_quality_value", "accuracy_log",
 )  # fmt: skip
 # Columns that hold a JSON list of seconds per sample, read back as lists.
 SAMPLE_COLUMNS: tuple[str, ...] = ("samples_s", "ttft_samples_s", "tpot_samples_s")
