@@ -36,7 +36,7 @@ import itertools
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ from scipy.stats import mannwhitneyu
 
 from benchlib import status
 from benchlib.analysis import load as under_load
-from benchlib.analysis import significance, tune, variance
+from benchlib.analysis import significance, task_quality, tune, variance
 from benchlib.analysis.runs import NOT_MEASURED, Run, read_run, run_models, short_model_names
 from benchlib.analysis.significance import FASTER, SLOWER
 from benchlib.store.layout import COMPARE_CELLS, COMPARE_DIFFERENCES, RESULTS_FILE, environment_dirs
@@ -90,6 +90,7 @@ class RunComparison:
     threshold: float
     alpha: float
     notes: tuple[str, ...] = ()  # models matched by checkpoint under other names, or one name holding two checkpoints
+    quality: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(task_quality.CHANGE_COLUMNS)))
 
 
 # ---------------------------------------------------------------- loading
@@ -315,7 +316,8 @@ def compare_runs(run_a: str | os.PathLike[str], run_b: str | os.PathLike[str], t
     b, notes = match_models(a, b)
     limits = thresholds(a, b, threshold)
     cells = compare_cells(a, b, limits, alpha)
-    return RunComparison(a, b, cells, compare_environments(cells, a, b, limits), environment_differences(a, b), threshold, alpha, tuple(notes))
+    quality = task_quality.quality_changes(task_quality.run_quality(run_a), task_quality.run_quality(run_b))
+    return RunComparison(a, b, cells, compare_environments(cells, a, b, limits), environment_differences(a, b), threshold, alpha, tuple(notes), quality)
 
 
 def signed_percent(value: float) -> str:
@@ -339,6 +341,7 @@ def summary_lines(comparison: RunComparison) -> list[str]:
         lines.append("threshold raised to the spread between processes: " + ", ".join(f"{r.environment} {r.threshold:.1%}" for r in raised.itertuples()))
     for verdict, group in envs[~envs["verdict"].isin([SLOWER, FASTER])].groupby("verdict", sort=False):
         lines.append(f"{verdict}: " + ", ".join(f"{e} ({w})" if w else e for e, w in zip(group["environment"], group["why"].fillna(""))))
+    lines += task_quality.change_lines(comparison.quality)
     not_compared = int((cells["verdict"] == NOT_COMPARED).sum())
     if not_compared:
         lines.append(f"{not_compared} cells not compared (not ok in one run, or in one run only): see {COMPARE_CELLS}")

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from benchlib.config.catalogue import load_catalogue
 from benchlib.config.params import CELL, BenchmarkParams, ParameterError, format_validation_error, problem_field
 from benchlib.machine import gpus
-from benchlib.paths import OUTPUTS_DIR, PARAMETERS_DIR
+from benchlib.paths import OUTPUTS_DIR, PARAMETERS_DIR, PROJECT_ROOT
 from benchlib.store import layout
 
 DEFAULT_GRID = "quick"
@@ -146,6 +146,14 @@ def is_relative_folder(model: Any) -> bool:
     return isinstance(model, str) and model not in load_catalogue() and not Path(model).is_absolute() and Path(model).is_dir()
 
 
+def kit_relative_file(name: str) -> Path:
+    """`name` as an absolute path: relative to the current folder where a file is there, else to the kit's folder."""
+    path = Path(name)
+    if path.is_absolute() or path.is_file() or not (PROJECT_ROOT / path).is_file():
+        return path.absolute()
+    return PROJECT_ROOT / path
+
+
 def make_job(
     run_dir: Path, grid_file: Path, env_file: Path, extra_files: Sequence[Path] = (), overrides: dict[str, tuple[Any, str]] | None = None,
 ) -> EnvironmentJob:  # fmt: skip
@@ -162,6 +170,8 @@ def make_job(
     values["output_dir"] = str(run_dir / name)
     if isinstance(values.get("models"), list):  # a folder given relative to here is found by kernels that run elsewhere
         values["models"] = [str(Path(m).absolute()) if is_relative_folder(m) else m for m in values["models"]]
+    if isinstance(values.get("eval_data"), str):  # so is a file of examples, here or in the kit's folder (its shipped examples)
+        values["eval_data"] = str(kit_relative_file(values["eval_data"]))
     try:
         return EnvironmentJob(name, BenchmarkParams(**values), sources)
     except ValidationError as error:

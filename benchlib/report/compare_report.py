@@ -17,7 +17,7 @@ from benchlib.paths import display_path
 from benchlib.report.plots import change_plot, save_figure_file
 from benchlib.report.reference import markdown_table
 from benchlib.report.render import markdown_html
-from benchlib.store.layout import COMPARE_CELLS, COMPARE_DIFFERENCES, COMPARE_ENVIRONMENTS, COMPARE_HTML, COMPARE_PLOT, compare_dir
+from benchlib.store.layout import COMPARE_CELLS, COMPARE_DIFFERENCES, COMPARE_ENVIRONMENTS, COMPARE_HTML, COMPARE_PLOT, COMPARE_QUALITY, compare_dir
 
 PERCENT_COLUMNS: tuple[str, ...] = ("change", "geomean_change", "ci95_low", "ci95_high")
 
@@ -63,6 +63,21 @@ away from it, *inconclusive* when it rests on disturbed cells.
 ## Cells
 
 {_shown(comparison.cells[list(CELL_COLUMNS)], "No cell.")}
+{_quality(comparison)}"""
+
+
+def _quality(comparison: RunComparison) -> str:
+    """The quality section of the report, where both runs scored the same data: `changed` when the verdict against the
+    target changed or B's score is outside A's 95% interval."""
+    if comparison.quality.empty:
+        return ""
+    return f"""
+## Quality on your data
+
+Each environment's score on the same examples in both runs; `changed` when its verdict against the target changed or
+B's score is outside A's 95% interval.
+
+{_shown(comparison.quality, "")}
 """
 
 
@@ -73,6 +88,8 @@ def write_report(comparison: RunComparison, out: str | os.PathLike[str]) -> Path
     comparison.cells[list(CELL_COLUMNS)].to_csv(out / COMPARE_CELLS, index=False)
     comparison.environments.to_csv(out / COMPARE_ENVIRONMENTS, index=False)
     comparison.differences.to_csv(out / COMPARE_DIFFERENCES, index=False)
+    if not comparison.quality.empty:
+        comparison.quality.to_csv(out / COMPARE_QUALITY, index=False)
     save_figure_file(change_plot(comparison.environments, comparison.threshold), out / COMPARE_PLOT)
     a, b = (display_path(run.path) for run in (comparison.run_a, comparison.run_b))
     path = out / COMPARE_HTML

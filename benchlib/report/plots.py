@@ -285,6 +285,37 @@ def tune_points(points: pd.DataFrame, latency_bound_ms: float | None = None) -> 
     return grid.figure
 
 
+def speed_quality(table: pd.DataFrame, target: float) -> Figure:
+    """Speed-up over eager float32 against the quality ratio (`task_quality.speed_and_quality` rows judged by the task
+    metric): one panel per model and what was measured, one point per environment with both intervals, the target
+    dashed; a point left of it keeps too little of float32's quality to be ranked."""
+    data = table[table["judged_by"] == "task metric"].dropna(subset=["speedup", "quality"]).copy()
+    if data.empty:
+        raise ValueError("table: no environment has both a speed-up and a quality ratio to plot")
+    data["panel"] = data["model"] + " · " + data["measured"]
+    panels = list(dict.fromkeys(data["panel"]))
+    figure, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
+    colours = dict(zip(data["environment"].unique(), sns.color_palette(n_colors=data["environment"].nunique())))
+    for ax, panel in zip(axes[0], panels):
+        for row in data[data["panel"] == panel].itertuples():
+            x_err = [[max(row.quality - row.quality_low, 0)], [max(row.quality_high - row.quality, 0)]] if pd.notna(row.quality_low) else None
+            y_err = [[max(row.speedup - row.ci95_low, 0)], [max(row.ci95_high - row.speedup, 0)]] if pd.notna(row.ci95_low) else None
+            ax.errorbar(row.quality, row.speedup, xerr=x_err, yerr=y_err, fmt="o" if row.keeps else "X", color=colours[row.environment],
+                        label=row.environment, capsize=3)  # fmt: skip
+        ax.axvline(target, color="grey", linestyle="--", linewidth=1)
+        ax.axhline(1.0, color="grey", linewidth=0.5)
+        ax.set_title(panel, fontsize=9)
+        ax.set_xlabel("quality, share of eager float32's")
+        ax.xaxis.set_major_formatter(PercentFormatter(1.0, decimals=1))
+    axes[0][0].set_ylabel("speed-up over eager float32")
+    handles = {label: handle for ax in axes[0] for handle, label in zip(*ax.get_legend_handles_labels())}
+    figure.legend(handles.values(), handles.keys(), loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
+    figure.suptitle(f"Speed against quality on your data: the target {target:.1%} dashed; x: below it, never ranked", y=1.02)
+    figure.tight_layout()
+    plt.close(figure)
+    return figure
+
+
 def peak_memory(rows: pd.DataFrame) -> Figure:
     """Peak memory (MiB) against sequence length, one panel per model, one line per environment and batch size."""
     measured = rows[(rows["status"] == status.OK)].copy()

@@ -34,6 +34,7 @@ COMPARE_CELLS = "cells.csv"
 COMPARE_ENVIRONMENTS = "environments.csv"
 COMPARE_DIFFERENCES = "differences.csv"
 COMPARE_HTML = "compare.html"
+COMPARE_QUALITY = "quality.csv"  # a change in quality on the user's data between the runs
 LOADGEN_DIR = "loadgen_logs"
 LOADGEN_SUMMARY = "mlperf_log_summary.txt"
 LOADGEN_DETAIL = "mlperf_log_detail.txt"

@@ -17,6 +17,7 @@ from benchlib.report.sections.base import (
     GENERATION,
     KINDS,
     LOAD,
+    QUALITY,
     SECTIONS,
     TUNE,
     Section,
@@ -32,12 +33,12 @@ from benchlib.report.sections.base import (
 )
 
 # Each kind of measurement's module, in the summary's order: importing it registers its sections.
-PARTS: tuple[str, ...] = ("cells", "study", "trust", "machine", "generation", "load", "tune")
+PARTS: tuple[str, ...] = ("cells", "study", "trust", "machine", "generation", "load", "tune", "task_quality")
 for _part in PARTS:
     importlib.import_module(f"{__name__}.{_part}")
 del _part
 
 __all__ = [
-    "CELLS", "GENERATION", "KINDS", "LOAD", "PARTS", "SECTIONS", "TUNE", "Section", "SummaryRun", "contents", "findings", "get", "not_measured_sentence",
+    "CELLS", "GENERATION", "KINDS", "LOAD", "PARTS", "QUALITY", "SECTIONS", "TUNE", "Section", "SummaryRun", "contents", "findings", "get", "not_measured_sentence",
     "present", "section", "show_section", "show_summary",
 ]  # fmt: skip

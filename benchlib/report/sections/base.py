@@ -17,12 +17,13 @@ from benchlib.analysis import quality, runs, tune
 from benchlib.paths import display_path
 
 # The kinds of measurement a run can hold, as the contents line names them, and how a run measures each.
-CELLS, GENERATION, LOAD, TUNE = "cells", "generation", "load", "tune"
+CELLS, GENERATION, LOAD, TUNE, QUALITY = "cells", "generation", "load", "tune", "quality"
 KINDS: dict[str, tuple[str, str]] = {
     CELLS: ("the forward pass one call at a time", "`scenario: cell`, the default"),
     GENERATION: ("generation", "`workload: generate`"),
     LOAD: ("the load scenarios", "`scenario`: single-stream, multi-stream, server, offline"),
     TUNE: ("each runtime at its best settings", "`tune:`"),
+    QUALITY: ("quality on your data", "`eval_data`; perplexity on the text when generating"),
 }
 DOCS_PAGE = "docs/summary.md"  # the documentation's page that explains every section
 
@@ -77,6 +78,7 @@ class SummaryRun:
         return {
             CELLS: not self.rows.empty, GENERATION: not self.generated.empty, LOAD: not self.loaded.empty,
             TUNE: bool(tune.tuned_environments(self.run_dirs)),
+            QUALITY: any(frame.get("quality_metric", pd.Series(dtype=object)).fillna("").astype(str).ne("").any() for frame in (self.all_rows, self.loaded)),
         }  # fmt: skip
 
     def runs_line(self) -> str:
