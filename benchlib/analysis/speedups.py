@@ -28,7 +28,7 @@ from benchlib.analysis.comparisons import (
     ratio_estimate,
 )  # fmt: skip
 from benchlib.analysis.runs import GROUP, environments, prepare, shape_name
-from benchlib.store.results import CELL_KEY
+from benchlib.store.results import CELL_KEY, has_text
 from benchlib.workloads.agreement import AGREEMENT_BAR
 
 BASELINE_NAME = "eager PyTorch float32"
@@ -185,7 +185,7 @@ def _agreeing_sentence(table: pd.DataFrame) -> str | None:
 def scored_on_data(rows: pd.DataFrame) -> bool:
     """Whether the rows hold a task metric's verdict on the user's data (`quality_verdict`), which the fastest that keeps
     quality is then judged by instead of agreement."""
-    return "quality_verdict" in rows and rows["quality_verdict"].fillna("").astype(str).ne("").any()
+    return "quality_verdict" in rows and bool(has_text(rows["quality_verdict"]).any())
 
 
 def _per_model_sentence(table: pd.DataFrame) -> str:

@@ -17,6 +17,7 @@ import pandas as pd
 from benchlib.analysis import load as under_load
 from benchlib.analysis.runs import load_runs, prepare
 from benchlib.analysis.speedups import BASELINE_NAME, times_text
+from benchlib.store.results import has_text
 
 QUALITY_COLUMNS: tuple[str, ...] = (
     "device", "machine", "model", "environment", "framework", "mode", "precision", "data", "metric", "value", "low", "high",
@@ -44,7 +45,7 @@ def served_matches(value: float, served: float, precision: str) -> bool | None:
     to the score, at least 1); None where there is no accuracy log."""
     if not (np.isfinite(value) and np.isfinite(served)):
         return None
-    return abs(served - value) <= SERVED_TOLERANCE.get(precision, 1e-2) * max(1.0, abs(value))
+    return bool(abs(served - value) <= SERVED_TOLERANCE.get(precision, 1e-2) * max(1.0, abs(value)))
 
 
 def quality_table(rows: pd.DataFrame) -> pd.DataFrame:
@@ -54,7 +55,7 @@ def quality_table(rows: pd.DataFrame) -> pd.DataFrame:
     missing. Empty (with the columns) where no row has one."""
     if rows.empty or "quality_metric" not in rows:
         return pd.DataFrame(columns=list(QUALITY_COLUMNS))
-    scored = rows[rows["quality_metric"].fillna("").astype(str) != ""]
+    scored = rows[has_text(rows["quality_metric"])]
     if scored.empty:
         return pd.DataFrame(columns=list(QUALITY_COLUMNS))
     scored = prepare(scored)

@@ -39,7 +39,7 @@ LOADGEN_DIR = "loadgen_logs"
 LOADGEN_SUMMARY = "mlperf_log_summary.txt"
 LOADGEN_DETAIL = "mlperf_log_detail.txt"
 LOADGEN_ACCURACY = "mlperf_log_accuracy.json"  # LoadGen's accuracy mode: each response's bytes, by sample
-ACCURACY_TEST = "accuracy"  # the folder of a model's accuracy test under load, beside its scenarios'
+ACCURACY_TEST = "accuracy_test"  # the folder of a model's accuracy test under load, beside its scenarios'
 
 
 PathLike = str | os.PathLike[str]

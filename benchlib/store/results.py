@@ -157,6 +157,11 @@ def is_true(values: pd.Series) -> pd.Series:
     return values.map(lambda v: v.strip().lower() == "true" if isinstance(v, str) else bool(pd.notna(v) and v)).astype(bool)
 
 
+def has_text(values: pd.Series) -> pd.Series:
+    """Whether each value of a text column is a non-empty text (blank cells read back as NaN)."""
+    return values.map(lambda v: isinstance(v, str) and v != "").astype(bool)
+
+
 def finished_cells(rows: pd.DataFrame, round_number: int | None = None) -> set[tuple[str, int, int, str]]:
     """(model, batch_size, sequence_length, scenario) of every row in `rows` (of round `round_number` only, when given)."""
     if round_number is not None:

@@ -36,9 +36,13 @@ def test_a_forward_pass_run_shows_its_sections_and_none_of_generation_or_load(re
     assert sections.get("load") not in sections.present(reference_run) and sections.get("generation") not in sections.present(reference_run)
     assert sections.findings(reference_run)[-1] == (
         "Not measured in these runs: generation (`workload: generate`); the load scenarios (`scenario`: single-stream, "
-        "multi-stream, server, offline); each runtime at its best settings (`tune:`)."
+        "multi-stream, server, offline); each runtime at its best settings (`tune:`); quality on your data (`eval_data`; perplexity "
+        "on the text when generating)."
     )
-    assert "Not measured, so not shown: generation, the load scenarios, each runtime at its best settings." in sections.contents(reference_run)
+    assert (
+        "Not measured, so not shown: generation, the load scenarios, each runtime at its best settings, quality on your data."
+        in sections.contents(reference_run)
+    )
 
 
 def test_every_present_section_renders_and_writes_its_tables_or_figures(reference_run: sections.SummaryRun, capsys: pytest.CaptureFixture[str]) -> None:

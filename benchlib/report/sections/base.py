@@ -15,6 +15,7 @@ import pandas as pd
 from benchlib.analysis import load as under_load
 from benchlib.analysis import quality, runs, tune
 from benchlib.paths import display_path
+from benchlib.store.results import has_text
 
 # The kinds of measurement a run can hold, as the contents line names them, and how a run measures each.
 CELLS, GENERATION, LOAD, TUNE, QUALITY = "cells", "generation", "load", "tune", "quality"
@@ -78,7 +79,7 @@ class SummaryRun:
         return {
             CELLS: not self.rows.empty, GENERATION: not self.generated.empty, LOAD: not self.loaded.empty,
             TUNE: bool(tune.tuned_environments(self.run_dirs)),
-            QUALITY: any(frame.get("quality_metric", pd.Series(dtype=object)).fillna("").astype(str).ne("").any() for frame in (self.all_rows, self.loaded)),
+            QUALITY: any("quality_metric" in frame and has_text(frame["quality_metric"]).any() for frame in (self.all_rows, self.loaded)),
         }  # fmt: skip
 
     def runs_line(self) -> str:
