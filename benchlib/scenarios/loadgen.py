@@ -178,6 +178,29 @@ def _constructed(construct: Callable[..., object], destroy: Callable[[object], N
         destroy(handle)
 
 
+def _start_test(test: object, samples: Sequence[np.ndarray], loop: ServingLoop, folder: Path, kept: Sequence[str]) -> None:
+    """Run LoadGen's `test` against `loop` (closed when LoadGen has finished, raising a worker's failure), its queries rows
+    of `samples`, its logs written in a scratch folder of which the files `kept` are copied into `folder` (created)."""
+    import mlperf_loadgen as lg
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="loadgen-") as scratch:
+        output = lg.LogOutputSettings()
+        output.outdir, output.copy_summary_to_stdout = scratch, False
+        log = lg.LogSettings()
+        log.log_output, log.enable_trace = output, False
+        with loop:
+
+            def issue(query_samples: Sequence[object]) -> None:
+                loop.submit(Request(sample.id, samples[sample.index]) for sample in query_samples)
+
+            with _constructed(lg.ConstructSUT, lg.DestroySUT, issue, lambda: None) as sut, \
+                 _constructed(lg.ConstructQSL, lg.DestroyQSL, len(samples), len(samples), lambda _: None, lambda _: None) as qsl:  # fmt: skip
+                lg.StartTestWithLogSettings(sut, qsl, test, log)
+        for name in kept:
+            shutil.copyfile(Path(scratch) / name, folder / name)
+
+
 def run_loadgen(
     settings: LoadSettings, samples: Sequence[np.ndarray], calls: Sequence[StreamCall], max_batch: int, batch_timeout_s: float,
     folder: Path,
@@ -197,22 +220,7 @@ def run_loadgen(
         if tokens:
             lg.FirstTokenComplete([lg.QuerySampleResponse(request.id, 0, 0) for request in batch])
 
-    folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="loadgen-") as scratch:
-        output = lg.LogOutputSettings()
-        output.outdir, output.copy_summary_to_stdout = scratch, False
-        log = lg.LogSettings()
-        log.log_output, log.enable_trace = output, False
-        with ServingLoop(calls, max_batch, batch_timeout_s, complete, first_token) as loop:
-
-            def issue(query_samples: Sequence[object]) -> None:
-                loop.submit(Request(sample.id, samples[sample.index]) for sample in query_samples)
-
-            with _constructed(lg.ConstructSUT, lg.DestroySUT, issue, lambda: None) as sut, \
-                 _constructed(lg.ConstructQSL, lg.DestroyQSL, len(samples), len(samples), lambda _: None, lambda _: None) as qsl:  # fmt: skip
-                lg.StartTestWithLogSettings(sut, qsl, test_settings(settings), log)
-        for name in KEPT_FILES:
-            shutil.copyfile(Path(scratch) / name, folder / name)
+    _start_test(test_settings(settings), samples, ServingLoop(calls, max_batch, batch_timeout_s, complete, first_token), folder, KEPT_FILES)
     text = (folder / SUMMARY_FILE).read_text(encoding="utf-8")
     figures = parse_summary(text)
     return LoadReport(
@@ -250,22 +258,7 @@ def run_accuracy(
     test = lg.TestSettings()
     test.scenario, test.mode = lg.TestScenario.Offline, lg.TestMode.AccuracyOnly
     test.offline_expected_qps = max(1.0, float(len(samples)))
-    folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="loadgen-") as scratch:
-        output = lg.LogOutputSettings()
-        output.outdir, output.copy_summary_to_stdout = scratch, False
-        log = lg.LogSettings()
-        log.log_output, log.enable_trace = output, False
-        with ServingLoop(calls, max_batch, 0.0, complete) as loop:
-
-            def issue(query_samples: Sequence[object]) -> None:
-                loop.submit(Request(sample.id, samples[sample.index]) for sample in query_samples)
-
-            with _constructed(lg.ConstructSUT, lg.DestroySUT, issue, lambda: None) as sut, \
-                 _constructed(lg.ConstructQSL, lg.DestroyQSL, len(samples), len(samples), lambda _: None, lambda _: None) as qsl:  # fmt: skip
-                lg.StartTestWithLogSettings(sut, qsl, test, log)
-        for name in (*KEPT_FILES, ACCURACY_FILE):
-            shutil.copyfile(Path(scratch) / name, folder / name)
+    _start_test(test, samples, ServingLoop(calls, max_batch, 0.0, complete), folder, (*KEPT_FILES, ACCURACY_FILE))
     return read_accuracy_log(folder / ACCURACY_FILE, len(samples))
 
 
