@@ -24,10 +24,17 @@ from benchlib.paths import PROJECT_ROOT
 from benchlib.store.cache import CACHE_VARIABLE, cache_root
 from benchlib.store.cache import clear as clear_cache
 from benchlib.store.cache import entries as cache_entries
+from benchlib.store.disk import size_text, stops_on_full_disk
 from benchlib.store.layout import COMPARE_DIR_PREFIX, SITE_DIR
 
 USAGE_ERROR = 2
-CLUSTER_DISTRIBUTIONS = ("dask", "distributed")  # the cluster extra: pip install 'benchlib[cluster]'
+CLUSTER_DISTRIBUTIONS = ("dask", "distributed", "cryptography")  # the cluster extra: pip install 'benchlib[cluster]'
+CLUSTER_FLAGS = {
+    "--tls": lambda args: args.tls is not None,
+    "--insecure": lambda args: args.insecure,
+    "--allow-mismatch": lambda args: args.allow_mismatch,
+    "--scheduler-wait": lambda args: args.scheduler_wait is not None,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,9 +65,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--yes", action="store_true", help="run a load run whose estimate is over max_run_minutes without asking")
     run.add_argument(
         "--cluster", metavar="ADDRESS",
-        help="run each environment as a task on the Dask cluster whose scheduler is at ADDRESS (tcp://HOST:PORT), "
-        "one per worker started with --resources benchmark=1; local:N starts N such workers on this machine",
+        help="run each environment as a task on the Dask cluster whose scheduler is at ADDRESS (tls://HOST:PORT with --tls; "
+        "tcp:// on this machine's loopback), one per worker started with --resources benchmark=1; local:N starts N such workers on this machine, over TLS",
     )  # fmt: skip
+    run.add_argument("--tls", type=Path, metavar="DIR", help="--cluster: the folder of the cluster's certificates, made by `python -m benchlib cluster certs DIR`")
+    run.add_argument("--insecure", action="store_true", help="--cluster: allow a plain tcp:// scheduler across a network (environment.json records it); local:N without TLS")
+    run.add_argument("--allow-mismatch", action="store_true", help="--cluster: give tasks to workers whose kit or packages differ from this machine's, the differences recorded")
+    run.add_argument(
+        "--scheduler-wait", type=float, metavar="SECONDS",
+        help="--cluster: how long to wait for a scheduler lost mid-run to answer again before stopping (default: 60)",
+    )  # fmt: skip
+
+    cluster = commands.add_parser("cluster", help="cluster certs DIR: a CA and the TLS certificates and keys of a Dask cluster's scheduler, workers and client")
+    cluster.add_argument("action", choices=("certs",), help="certs: write the certificates")
+    cluster.add_argument("folder", type=Path, metavar="DIR", help="where to write them (ca.pem, scheduler.pem/.key, worker.pem/.key, client.pem/.key)")
 
     summary = commands.add_parser("summary", help="render the summary of one or more run folders")
     summary.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
@@ -98,8 +116,9 @@ def render_summary(run_dirs: list[Path]) -> bool:
 
 
 @stoppable
+@stops_on_full_disk
 def command_run(args: argparse.Namespace) -> int:
-    """Plan and validate every environment, run them in turn, then the summary."""
+    """Plan and validate every environment, run them in turn, then the summary; a full disk stops the run (one line)."""
     run_dir: Path = args.out or default_run_dir()
     environments = [name.strip() for name in args.environments.split(",") if name.strip()]
     if not environments:
@@ -108,16 +127,24 @@ def command_run(args: argparse.Namespace) -> int:
     if args.max_restarts < 0:
         print(f"--max-restarts: must be 0 or more, not {args.max_restarts}", file=sys.stderr)
         return USAGE_ERROR
+    if not args.cluster and (cluster_only := [flag for flag, given in CLUSTER_FLAGS.items() if given(args)]):
+        print(f"{cluster_only[0]}: goes with --cluster", file=sys.stderr)
+        return USAGE_ERROR
     if args.cluster:
         try:
-            from benchlib.launch.cluster import ClusterError, parse_cluster_address, run_on_cluster
+            from benchlib.launch.cluster import DEFAULT_SCHEDULER_WAIT_S, ClusterError, SchedulerLostError, run_on_cluster
+            from benchlib.launch.connection import plan_target
         except ImportError as error:  # the cluster extra is not installed: say which pip line installs it
             if (missing := (error.name or "").split(".")[0]) not in CLUSTER_DISTRIBUTIONS:
                 raise
             print(f"--cluster: {not_installed_message([missing], 'cluster')}", file=sys.stderr)
             return USAGE_ERROR
+        args.scheduler_wait = DEFAULT_SCHEDULER_WAIT_S if args.scheduler_wait is None else args.scheduler_wait
+        if args.scheduler_wait <= 0:
+            print(f"--scheduler-wait: must be more than 0 seconds, not {args.scheduler_wait:g}", file=sys.stderr)
+            return USAGE_ERROR
         try:
-            parse_cluster_address(args.cluster)
+            target = plan_target(args.cluster, args.tls, args.insecure)
         except ClusterError as error:
             print(error, file=sys.stderr)
             return USAGE_ERROR
@@ -153,9 +180,12 @@ def command_run(args: argparse.Namespace) -> int:
     if args.cluster:
         try:
             outcomes = run_on_cluster(
-                args.cluster, jobs, limits=limits, progress=not args.quiet, report=lambda line: print(line, flush=True),
-                max_restarts=args.max_restarts, force=args.force,
+                target, jobs, limits=limits, progress=not args.quiet, report=lambda line: print(line, flush=True),
+                max_restarts=args.max_restarts, force=args.force, allow_mismatch=args.allow_mismatch, scheduler_wait_s=args.scheduler_wait,
             )  # fmt: skip
+        except SchedulerLostError as error:
+            print(error, file=sys.stderr)
+            return 1
         except ClusterError as error:
             print(error, file=sys.stderr)
             return USAGE_ERROR
@@ -207,15 +237,6 @@ def command_summary(args: argparse.Namespace) -> int:
     return 0 if render_summary(list(args.run_dirs)) else 1
 
 
-def size_text(count: float) -> str:
-    """Bytes as people read them: 512 B, 3.4 MB, 6.5 GB."""
-    for unit in ("B", "kB", "MB"):
-        if count < 1000:
-            return f"{count:.0f} B" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1000
-    return f"{count:.1f} GB"
-
-
 def age_text(seconds: float) -> str:
     """How long ago, in the largest whole unit: 40 s, 12 min, 5 h, 3 days."""
     for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
@@ -247,6 +268,26 @@ def command_cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def command_cluster_certs(folder: Path) -> int:
+    """Write a cluster's CA, certificates and keys into `folder` and print the commands that use them."""
+    try:
+        from benchlib.launch.certificates import CertificatesError, role_files, start_commands, write_certificates
+    except ImportError as error:
+        print(f"cluster certs: {not_installed_message([(error.name or 'cryptography').split('.')[0]], 'cluster')}", file=sys.stderr)
+        return USAGE_ERROR
+    try:
+        write_certificates(folder)
+    except CertificatesError as error:
+        print(error, file=sys.stderr)
+        return USAGE_ERROR
+    keys = ", ".join(role_files(folder, role).key.name for role in ("scheduler", "worker", "client"))
+    print(f"{folder}: ca.pem, and a certificate and key for the scheduler, the workers and the client ({keys}: readable by you only)")
+    print("copy ca.pem with the scheduler's files to its machine, with the worker's to each worker's, with the client's to where you run; then:")
+    for command in start_commands(folder):
+        print(f"  {command}")
+    return 0
+
+
 def command_lab(jupyter_args: Sequence[str]) -> int:
     """Replace this process with JupyterLab rooted at the kit's folder and opened on notebooks/."""
     argv = [
@@ -274,6 +315,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_compare(args.run_a, args.run_b, args.threshold, args.alpha, args.out)
     if args.command == "cache":
         return command_cache(args)
+    if args.command == "cluster":
+        return command_cluster_certs(args.folder)
     if args.command == "publish":
         return 0 if publish_runs(args.run_dirs, args.out, progress=True) else USAGE_ERROR
     return command_run(args) if args.command == "run" else command_summary(args)

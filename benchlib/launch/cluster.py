@@ -11,13 +11,16 @@ a Dask Variable per environment. When a worker is lost, the scheduler starts its
 another worker (up to `distributed.scheduler.allowed-failures` times, then KilledWorker), which
 starts from those rows and measures only the cells that have none. The executed notebook,
 environment.json and kernel.log come back as the task's result. The machine limits are measured
-once on each worker machine, before its environments.
+once on each worker machine, before its environments. Before the first task the client compares each
+worker's kit with its own (`worker_check`): a worker that differs gets no task. A scheduler lost
+mid-run stops the run with one line; a rerun measures what is missing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import platform
 import queue
 import shutil
@@ -31,13 +34,17 @@ from typing import Any
 
 from distributed import Client, Future, LocalCluster, Variable, get_worker
 from distributed.comm.addressing import parse_address, parse_host_port
-from distributed.comm.registry import backends
 
 from benchlib import status
 from benchlib.config.jobs import EnvironmentJob, round_schedule, rounds_of
+from benchlib.launch import connection
+from benchlib.launch.certificates import client_security, local_security
+from benchlib.launch.connection import ClusterError, ClusterTarget, probe_scheduler
 from benchlib.launch.execution import DEFAULT_MAX_RESTARTS, EnvironmentOutcome, run_job
 from benchlib.launch.local import format_duration, measure_machine_limits
 from benchlib.launch.polling import Poller
+from benchlib.launch.worker_check import differences, kit_fingerprint
+from benchlib.store.disk import DiskFullError, disk_full, raise_if_disk_full
 from benchlib.store.environment import merge_environment, write_json
 from benchlib.store.layout import ENVIRONMENT_FILE, KERNEL_LOG, LIMITS_FILE, host_file, limits_notebook_device, results_path
 from benchlib.store.limits import parse_limits, read_limits, write_limits
@@ -47,49 +54,57 @@ from benchlib.store.results import ReceivedRows, read_exactly, records_after, sp
 
 RESOURCE = "benchmark"
 WORKER_COMMAND = "dask worker {address} --nworkers 1 --nthreads 1 --resources benchmark=1"
-CONNECT_TIMEOUT_S = 10
+DEFAULT_SCHEDULER_WAIT_S = 60
 TAIL_INTERVAL_S = 0.2
 
 
-class ClusterError(RuntimeError):
-    """The cluster cannot be used: a bad address, no scheduler answering, no benchmark worker. One line."""
-
-
-# ---------------------------------------------------------------- connecting
-
-
-def parse_cluster_address(address: str) -> str | int:
-    """The scheduler's address (`tcp://HOST:PORT`), or N for `local:N`; ClusterError naming the problem otherwise."""
-    if address.startswith("local:"):
-        count = address.removeprefix("local:")
-        if not count.isdigit() or int(count) < 1:
-            raise ClusterError(f"--cluster: local:N takes a number of workers of 1 or more, not {address!r}")
-        return int(count)
-    try:
-        scheme, location = parse_address(address, strict=False)
-        host, _ = parse_host_port(location)
-    except ValueError:
-        host, scheme = "", ""
-    if not host or scheme not in backends:
-        raise ClusterError(f"--cluster: {address!r} is not a scheduler address (tcp://HOST:PORT) or local:N")
-    return address
+class SchedulerLostError(ClusterError):
+    """The scheduler went away mid-run and did not come back within the wait allowed. One line."""
 
 
 @contextlib.contextmanager
-def connect(address: str) -> Iterator[Client]:
-    """A client of the scheduler at `address`, or of a LocalCluster of N single-benchmark worker processes on 127.0.0.1 for `local:N`."""
-    target = parse_cluster_address(address)
-    if isinstance(target, int):
+def connect(target: ClusterTarget, scheduler_wait_s: float = DEFAULT_SCHEDULER_WAIT_S) -> Iterator[Client]:
+    """A client of the scheduler at `target` (probed first: `connection.probe_scheduler`), or of a LocalCluster of N
+    single-benchmark worker processes on 127.0.0.1 for `local:N`, TLS unless `--insecure`. A lost scheduler is waited
+    for `scheduler_wait_s` before the client gives up. Dask's own log stays quiet: the run says what happens, in one line."""
+    with _quiet_dask(), _client(target, scheduler_wait_s) as client:
+        yield client
+
+
+@contextlib.contextmanager
+def _quiet_dask() -> Iterator[None]:
+    """Dask's loggers in this process at CRITICAL for the duration (a lost scheduler would log tracebacks)."""
+    names = ["distributed", *(name for name in logging.root.manager.loggerDict if name.startswith("distributed."))]
+    levels = {name: logging.getLogger(name).level for name in names}
+    for name in names:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+
+
+@contextlib.contextmanager
+def _client(target: ClusterTarget, scheduler_wait_s: float) -> Iterator[Client]:
+    """The client of `connect`."""
+    if target.local:
+        security = None if target.insecure else local_security(target.tls)
         with (
-            LocalCluster(n_workers=target, threads_per_worker=1, processes=True, resources={RESOURCE: 1}, host="127.0.0.1", dashboard_address=None) as cluster,
-            Client(cluster) as client,
+            LocalCluster(
+                n_workers=target.local, threads_per_worker=1, processes=True, resources={RESOURCE: 1}, host="127.0.0.1",
+                dashboard_address=None, protocol="tcp://" if security is None else "tls://", security=security,
+            ) as cluster,
+            Client(cluster, security=security) as client,
         ):  # fmt: skip
             yield client
         return
+    probe_scheduler(target, connection.CONNECT_TIMEOUT_S)
+    security = client_security(target.tls) if target.tls else None
     try:
-        client = Client(target, timeout=CONNECT_TIMEOUT_S)
+        client = Client(target.address, timeout=max(connection.CONNECT_TIMEOUT_S, scheduler_wait_s), security=security)
     except (OSError, TimeoutError) as exc:
-        raise ClusterError(f"--cluster: no Dask scheduler answered at {target} within {CONNECT_TIMEOUT_S} s ({status.describe(exc)})") from None
+        raise ClusterError(f"--cluster: no Dask scheduler answered at {target.address} within {connection.CONNECT_TIMEOUT_S} s ({status.describe(exc)})") from None
     with client:
         yield client
 
@@ -100,7 +115,8 @@ def benchmark_workers(client: Client) -> dict[str, str]:
     found = {address: info["host"] for address, info in workers.items() if info.get("resources", {}).get(RESOURCE, 0) >= 1}
     if not found:
         address = client.scheduler.address
-        raise ClusterError(f"--cluster: the scheduler at {address} has no worker with the resource {RESOURCE}=1; start one per machine: {WORKER_COMMAND.format(address=address)}")
+        tls = " --tls-ca-file DIR/ca.pem --tls-cert DIR/worker.pem --tls-key DIR/worker.key" if address.startswith("tls://") else ""
+        raise ClusterError(f"--cluster: the scheduler at {address} has no worker with the resource {RESOURCE}=1; start one per machine: {WORKER_COMMAND.format(address=address)}{tls}")
     return found
 
 
@@ -177,6 +193,15 @@ def environment_task(job: EnvironmentJob, topic: str, rows_variable: str, max_re
         }  # fmt: skip
 
 
+def _offer_waiting_tasks(dask_worker: Any) -> None:
+    """On a worker just admitted to a run: tell the scheduler it is ready again, as a worker does when it resumes from a
+    pause, so that the tasks that waited for a worker it may now take are offered to it."""
+    from distributed.core import Status
+
+    dask_worker.status = Status.paused
+    dask_worker.status = Status.running
+
+
 def measure_limits_task(jobs: Sequence[EnvironmentJob], topic: str) -> dict[str, bytes]:
     """On a worker: the machine limits of its machine for the devices of `jobs` (`launch.local.measure_machine_limits`);
     returns machine_limits.json, the executed notebooks and kernel.log."""
@@ -214,19 +239,29 @@ def _outcome_name(job: EnvironmentJob, rounds: int) -> str:
 
 
 class ClusterRun:
-    """The client's side of a run on a cluster: submits the tasks, writes what comes back, reports progress."""
+    """The client's side of a run on a cluster: checks the workers' kits, submits the tasks, writes what comes back,
+    reports progress, and stops when the scheduler is lost."""
 
-    def __init__(self, client: Client, jobs: Sequence[EnvironmentJob], report: Callable[[str], None], progress: bool, max_restarts: int) -> None:
+    def __init__(
+        self, client: Client, jobs: Sequence[EnvironmentJob], report: Callable[[str], None], progress: bool, max_restarts: int,
+        target: ClusterTarget | None = None, allow_mismatch: bool = False, scheduler_wait_s: float = DEFAULT_SCHEDULER_WAIT_S,
+    ) -> None:  # fmt: skip
         self.client, self.jobs, self.report, self.progress, self.max_restarts = client, list(jobs), report, progress, max_restarts
+        self.target, self.allow_mismatch, self.scheduler_wait_s = target, allow_mismatch, scheduler_wait_s
         self.token = uuid.uuid4().hex[:10]
         self.topic = f"benchlib-{self.token}"
         self.events: queue.Queue[Any] = queue.Queue()
         self.run_dir = self.jobs[0].output_dir.parent
         self._watched, self._alone = time.monotonic(), False
+        self.mine: dict[str, Any] = {}
+        self.checked: set[str] = set()
+        self.same: set[str] = set()  # the workers whose kit is this machine's
+        self.restricted = False  # the tasks may run on those only (a worker differed)
+        self.mismatches: dict[str, list[str]] = {}  # recorded with --allow-mismatch
 
     def run(self, force: bool, limits: bool) -> list[EnvironmentOutcome]:
         """Every environment and round of the jobs, each a task; the outcomes in `round_schedule` order."""
-        workers = benchmark_workers(self.client)
+        workers = self._check_workers(benchmark_workers(self.client))
         self.client.subscribe_topic(self.topic, self.events.put)
         with contextlib.ExitStack() as held:
             outcomes, tasks = self._prepare(held, force)
@@ -237,6 +272,7 @@ class ClusterRun:
                         environment_task, task.job, self.topic, task.variable.name, self.max_restarts,
                         key=f"benchlib-{task.job.name}-round{task.job.params.current_round}-{self.token}",
                         resources={RESOURCE: 1}, priority=priority, pure=False,
+                        workers=sorted(self.same) if self.restricted else None, allow_other_workers=False,
                     )  # fmt: skip
                     task.future.add_done_callback(self.events.put)
                 outcomes.update(self._follow(tasks, limit_futures))
@@ -246,6 +282,51 @@ class ClusterRun:
                 for task in tasks:
                     task.variable.delete()
         return [outcomes[key] for key in sorted(outcomes)]
+
+    def _check_workers(self, workers: dict[str, str]) -> dict[str, str]:
+        """The benchmark workers whose kit (version, commit, changes, Python, packages) is this machine's; one line per
+        difference of each other worker, which then gets no task (with --allow-mismatch: every worker, the differences
+        recorded). ClusterError when no worker is left."""
+        self.mine = self.mine or kit_fingerprint()
+        found = self.client.run(kit_fingerprint, workers=list(workers), on_error="return")
+        self.checked |= set(workers)
+        differing = {
+            address: [f"its kit could not be read ({status.describe(theirs)})"] if isinstance(theirs, BaseException) else differences(self.mine, theirs)
+            for address, theirs in found.items()
+        }  # fmt: skip
+        differing = {address: lines for address, lines in differing.items() if lines}
+        consequence = f"recorded in each {ENVIRONMENT_FILE} (--allow-mismatch)" if self.allow_mismatch else "it gets no task"
+        for address, lines in differing.items():
+            for line in lines:
+                self.report(f"worker {address} ({workers[address]}) differs from this machine: {line}; {consequence}")
+        if self.allow_mismatch:
+            self.mismatches.update(differing)
+            return workers
+        same = {address: host for address, host in workers.items() if address not in differing}
+        if not same and not self.same:
+            raise ClusterError(
+                f"--cluster: the kit of every benchmark worker differs from this machine's ({len(differing)} workers, above): "
+                "install the same commit and packages there, or run with --allow-mismatch"
+            )
+        self.same |= set(same)
+        self.restricted = self.restricted or bool(differing)
+        return same
+
+    def _admit_newcomers(self, tasks: Sequence[_Task]) -> None:
+        """Check the benchmark workers that joined since the start. Once one has differed, the tasks left may run only
+        on the workers with this machine's kit: those that join later too, offered the tasks that waited for one."""
+        if self.allow_mismatch:
+            return
+        with contextlib.suppress(ClusterError):
+            new = {address: host for address, host in benchmark_workers(self.client).items() if address not in self.checked}
+            if not new:
+                return
+            same = self._check_workers(new)
+            if self.restricted:
+                waiting = {task.future.key: sorted(self.same) for task in tasks if task.future and not task.future.done()}
+                self.client.sync(self.client.scheduler.set_restrictions, worker=waiting)
+                if same:
+                    self.client.run(_offer_waiting_tasks, workers=list(same))
 
     def _prepare(self, held: contextlib.ExitStack, force: bool) -> tuple[dict[int, EnvironmentOutcome], list[_Task]]:
         """The tasks of every environment and round; an environment whose folder cannot be opened fails at once."""
@@ -306,8 +387,10 @@ class ClusterRun:
             try:
                 item = self.events.get(timeout=1)
             except queue.Empty:
-                self._watch_workers()
+                self._watch_workers(tasks)
                 continue
+            if isinstance(item, Future) and item.status == "cancelled" and self.client.status != "running":
+                self._scheduler_lost()
             if isinstance(item, Future) and item in by_future:
                 task = by_future[item]
                 outcomes[task.index] = self._finished(task)
@@ -317,8 +400,23 @@ class ClusterRun:
                 self._event(item[1], by_environment)
         return outcomes
 
+    def _scheduler_lost(self) -> None:
+        """The connection to the scheduler dropped, and with it every task of the run (Dask cancels them): wait, at
+        most the scheduler wait, for Dask's client to reconnect or give up, then stop the run with one line."""
+        deadline = time.monotonic() + self.scheduler_wait_s
+        while self.client.status == "connecting" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        address = self.client.scheduler.address if self.client.scheduler else "the scheduler's address"
+        back = "it answers again, but the run's tasks went with the connection" if self.client.status == "running" else f"it did not come back within {self.scheduler_wait_s:g} s"
+        raise SchedulerLostError(
+            f"--cluster: the scheduler at {address} was lost mid-run ({back}): the rows received are in {self.run_dir}; "
+            "rerun with the same --out against a scheduler to measure only what is missing"
+        )
+
     def _limits_to_wait_for(self, limits: dict[Future, str]) -> bool:
         """Whether a machine-limits task is still to end on a connected worker; those whose worker was lost are dropped."""
+        if self.client.status != "running":
+            self._scheduler_lost()
         connected = self.client.scheduler_info(n_workers=-1)["workers"]
         for future, address in list(limits.items()):
             if address not in connected and not future.done():
@@ -327,20 +425,25 @@ class ClusterRun:
                 self.report(f"machine limits on {address}: not measured (its worker was lost)")
         return bool(limits)
 
-    def _watch_workers(self, every_s: float = 30) -> None:
-        """Say when no benchmark worker is left (the tasks then wait for one to join), and when one is back."""
+    def _watch_workers(self, tasks: Sequence[_Task], every_s: float = 30) -> None:
+        """Stop when the scheduler is lost; check the workers that joined; say when no benchmark worker with this
+        machine's kit is left (the tasks then wait for one to join), and when one is back."""
+        if self.client.status != "running":
+            self._scheduler_lost()
+        self._admit_newcomers(tasks)
         if time.monotonic() - self._watched < every_s:
             return
         self._watched = time.monotonic()
         try:
-            benchmark_workers(self.client)
-            alone = False
+            connected = benchmark_workers(self.client)
+            alone = self.restricted and not self.same & set(connected)
         except ClusterError:
             alone = True
         if alone != self._alone:
             self._alone = alone
             self.report(
-                f"no worker with the resource {RESOURCE}=1 is connected: the environments wait for one to join" if alone else f"a worker with the resource {RESOURCE}=1 is back"
+                f"no worker with the resource {RESOURCE}=1 and this machine's kit is connected: the environments wait for one to join"
+                if alone else f"a worker with the resource {RESOURCE}=1 is back"
             )
 
     def _event(self, msg: dict[str, Any], tasks: dict[tuple[str, int], _Task]) -> None:
@@ -380,24 +483,37 @@ class ClusterRun:
         step, job = task.step, task.job
         elapsed = time.perf_counter() - task.started if task.started else 0.0
         if task.future.status != "finished":
-            error = status.describe(task.future.exception()) if task.future.status == "error" else "cancelled"
+            failure = task.future.exception() if task.future.status == "error" else None
+            if failure is not None and (full := disk_full(failure, job.output_dir)):  # the worker's disk: its next task would meet it too
+                raise DiskFullError(f"{full} (on the worker {task.worker})")
+            error = status.describe(failure) if failure is not None else "cancelled"
             self.report(f"{step} {job.name}: FAILED after {format_duration(elapsed)}: {error}")
             return EnvironmentOutcome(task.name, False, elapsed, error)
         result = task.future.result()
         self._rows(task, split_records(result["results"])[0])
         files = dict(result["files"])
-        if environment := files.pop(ENVIRONMENT_FILE, None):
-            merge_environment(job.output_dir, environment)
-        with open(job.output_dir / KERNEL_LOG, "ab") as log:
-            log.write(files.pop(KERNEL_LOG, b""))
-        for name, data in files.items():
-            (job.output_dir / name).write_bytes(data)
+        try:
+            if environment := files.pop(ENVIRONMENT_FILE, None):
+                merge_environment(job.output_dir, environment, self._cluster_record())
+            with open(job.output_dir / KERNEL_LOG, "ab") as log:
+                log.write(files.pop(KERNEL_LOG, b""))
+            for name, data in files.items():
+                (job.output_dir / name).write_bytes(data)
+        except OSError as exc:  # this machine's disk: the rows are in, the environment's files are not
+            raise_if_disk_full(exc, job.output_dir)
+            raise
         if not result["succeeded"]:
             self.report(f"{step} {job.name}: FAILED after {format_duration(elapsed)} on {task.worker}: {result['error']} (record: {job.executed_notebook})")
             return EnvironmentOutcome(task.name, False, elapsed, result["error"])
         rows = task.rows.cells(job.params.current_round)
         self.report(f"{step} {job.name}: done in {format_duration(elapsed)} on {task.worker}, {rows} cells in {task.rows.path}")
         return EnvironmentOutcome(task.name, True, elapsed)
+
+    def _cluster_record(self) -> dict[str, Any]:
+        """What environment.json records of the cluster: how the run reached it and, with --allow-mismatch, how the
+        workers' kits differed from this machine's."""
+        record = self.target.record() if self.target else {}
+        return {**record, **({"worker_differences": self.mismatches} if self.mismatches else {})}
 
     def _limits_finished(self, future: Future, address: str) -> None:
         """Write one machine's limits: where a local run puts them for the first machine, named by host for the others."""
@@ -420,13 +536,16 @@ class ClusterRun:
 
 
 def run_on_cluster(
-    address: str, jobs: Sequence[EnvironmentJob], *, limits: bool = True, progress: bool = True,
+    target: ClusterTarget, jobs: Sequence[EnvironmentJob], *, limits: bool = True, progress: bool = True,
     report: Callable[[str], None] = print, max_restarts: int = DEFAULT_MAX_RESTARTS, force: bool = False,
+    allow_mismatch: bool = False, scheduler_wait_s: float = DEFAULT_SCHEDULER_WAIT_S,
 ) -> list[EnvironmentOutcome]:  # fmt: skip
-    """Run `jobs` (every round) on the Dask cluster at `address` (or `local:N`), one environment per benchmark worker at a time.
+    """Run `jobs` (every round) on the Dask cluster of `target` (`connection.plan_target`), one environment per benchmark
+    worker at a time, on the workers whose kit is this machine's (every worker with `allow_mismatch`).
 
     Rows land in `<run>/<env>/results.csv` as the workers write them; a task whose worker is lost runs
     again elsewhere from the rows already received. ClusterError (one line) before anything runs when
-    the cluster cannot be used."""
-    with connect(address) as client:
-        return ClusterRun(client, jobs, report, progress, max_restarts).run(force, limits)
+    the cluster cannot be used; SchedulerLostError when its scheduler is lost mid-run."""
+    with connect(target, scheduler_wait_s) as client:
+        run = ClusterRun(client, jobs, report, progress, max_restarts, target, allow_mismatch, scheduler_wait_s)
+        return run.run(force, limits)

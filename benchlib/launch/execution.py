@@ -1,5 +1,5 @@
 """One environment's notebook execution in a fresh kernel (a round of it, or one point of a tune): started with what
-its backend's options need, a kernel that dies mid-cell recorded and restarted."""
+its backend's options need, a kernel that dies mid-cell recorded and restarted, a full disk raised to stop the run."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from benchlib.launch.kernel import KernelWatch, crash_verdict
 from benchlib.launch.notebook import describe_failure, execute_notebook
 from benchlib.launch.progress import Postfix, ResultsProgress
 from benchlib.paths import BENCHMARK_NOTEBOOK
+from benchlib.store.disk import raise_if_disk_full
 from benchlib.store.layout import KERNEL_LOG
 from benchlib.store.locking import FolderInUseError, environment_lock
 from benchlib.store.recovery import record_crash, set_aside_results
@@ -46,6 +47,10 @@ def run_job(
     died at the job's memory limit: `crash_verdict`) and the environment starts again in a new
     kernel, which resumes after it (at most `max_restarts` times). `force` first sets the
     folder's results aside, so that every cell is measured again. `postfix` words follow the progress bar.
+
+    A full disk, met by the kernel (a row, a LoadGen log) or by papermill (the executed notebook), raises a
+    DiskFullError, its one line as worded where it was met: no cell is marked and nothing restarts, since every
+    later cell and environment would fail the same way.
     """
     start = time.perf_counter()
     try:
@@ -54,6 +59,7 @@ def run_job(
             if force and (aside := set_aside_results(job.output_dir)):
                 report(f"{job.name}: earlier results set aside as {aside}")
     except (OSError, FolderInUseError) as exc:
+        raise_if_disk_full(exc, job.output_dir)
         return EnvironmentOutcome(job.name, False, time.perf_counter() - start, str(exc))
     restarts = 0
     while True:
@@ -65,6 +71,7 @@ def run_job(
                     kernel_variables(job.params.framework, job.params.options),
                 )  # fmt: skip
         except Exception as exc:  # the notebook raised, its kernel died or could not start: this environment only
+            raise_if_disk_full(exc, job.output_dir)
             error = describe_failure(exc)
             state, reason = crash_verdict(watch.end(error), job.params.memory_limit_gb, backend_info(job.params.framework).runtime())
             try:

@@ -18,6 +18,7 @@ from benchlib.launch.execution import DEFAULT_MAX_RESTARTS, EnvironmentOutcome, 
 from benchlib.launch.notebook import describe_failure, execute_notebook
 from benchlib.launch.tune import Tune
 from benchlib.paths import BENCHMARK_NOTEBOOK, LIMITS_NOTEBOOK
+from benchlib.store.disk import raise_if_disk_full
 from benchlib.store.layout import KERNEL_LOG, TUNE_DIR, TUNE_TABLE, limits_notebook, results_path
 from benchlib.store.limits import read_limits
 from benchlib.store.results import rows_written
@@ -32,8 +33,9 @@ def run_jobs(
     force: bool = False,
     remaining: Remaining | None = None,
 ) -> list[EnvironmentOutcome]:
-    """Run every job, round after round (`round_schedule`); one that fails does not stop the others. With `remaining`
-    (the run's estimate), what is left is shown beside the progress bar and after each environment."""
+    """Run every job, round after round (`round_schedule`); one that fails does not stop the others, but a full disk
+    stops them all (`run_job` raises a DiskFullError). With `remaining` (the run's estimate), what is left is shown
+    beside the progress bar and after each environment."""
     schedule = round_schedule(jobs)
     rounds = rounds_of(jobs)
     if remaining is not None and len(remaining.cost.jobs) != len(schedule):
@@ -70,7 +72,7 @@ def measure_machine_limits(jobs: Sequence[EnvironmentJob], notebook: Path = LIMI
     """The machine's limits (peak GEMM rate, memory bandwidth) for each device of the run, measured once per run:
     `notebooks/machine_limits.ipynb` in a fresh kernel, with the thread count of the device's first environment,
     into `<run>/machine_limits.json` (its record: `<run>/machine_limits.<device>.ipynb`). A failure is reported
-    and the run goes on; the summary then leaves the roofline out."""
+    and the run goes on; the summary then leaves the roofline out. A full disk raises a DiskFullError."""
     first = {job.params.device: job for job in reversed(jobs)}
     for device, job in reversed(first.items()):
         run_dir = job.output_dir.parent
@@ -81,7 +83,8 @@ def measure_machine_limits(jobs: Sequence[EnvironmentJob], notebook: Path = LIMI
         try:
             parameters = {"device": device, "num_threads": job.params.num_threads, "output_dir": str(run_dir)}
             execute_notebook(notebook, limits_notebook(run_dir, device), parameters, run_dir / KERNEL_LOG)
-        except Exception as exc:  # the environments do not depend on it
+        except Exception as exc:  # the environments do not depend on it, but would meet a full disk too
+            raise_if_disk_full(exc, run_dir)
             report(f"machine limits ({device}): not measured ({describe_failure(exc)}); the summary leaves the roofline out")
             continue
         limits = read_limits(run_dir, device) or {}

@@ -9,6 +9,7 @@ from typing import Any
 
 from benchlib import status
 from benchlib.launch.kernel import KernelWatch
+from benchlib.store.disk import raise_if_disk_full
 from benchlib.store.recovery import RUNNER_PID_ENV
 
 
@@ -17,13 +18,18 @@ def execute_notebook(
 ) -> None:  # fmt: skip
     """Execute `notebook` with `parameters` injected into a fresh kernel, the executed copy written to `output`;
     the kernel works in the notebook's folder, starts with `environment` over this process's variables and writes its
-    stdout and stderr to `log`. Raises what papermill raises (the notebook's own exception, or a dead kernel's)."""
+    stdout and stderr to `log`. Raises what papermill raises (the notebook's own exception, or a dead kernel's); a full
+    disk met writing `output` (papermill writes it as the cells run) as a DiskFullError."""
     import papermill
 
-    papermill.execute_notebook(
-        str(notebook), str(output), parameters=parameters, cwd=str(notebook.parent), progress_bar=False,
-        kernel_manager_class=kernel_manager_logging_to(log, watch, environment),
-    )  # fmt: skip
+    try:
+        papermill.execute_notebook(
+            str(notebook), str(output), parameters=parameters, cwd=str(notebook.parent), progress_bar=False,
+            kernel_manager_class=kernel_manager_logging_to(log, watch, environment),
+        )  # fmt: skip
+    except OSError as exc:  # raised in this process: papermill's own writes
+        raise_if_disk_full(exc, output.parent, output.name)
+        raise
 
 
 def describe_failure(exc: BaseException) -> str:

@@ -34,6 +34,7 @@ from benchlib.measure.timing import Measurement, TimingSpec, measure, prepare_an
 from benchlib.scenarios.loadgen import LOADGEN_DISTRIBUTION
 from benchlib.store.environment import describe_environment, earlier_probes, write_environment
 from benchlib.store.cache import Artefact, recording
+from benchlib.store.disk import is_disk_full, raise_if_disk_full
 from benchlib.store.layout import results_path
 from benchlib.store.locking import environment_lock
 from benchlib.store.recovery import clear_in_flight, mark_in_flight, resolve_in_flight, row_of_cell
@@ -161,6 +162,7 @@ def accuracy_under_load(run: ScenarioRun, prepared: Prepared, env_dir: Path, spe
             return served_quality(prepared, run.calls, params.max_batch, env_dir, spec.name, params.current_round, params.seed)
     except Exception as exc:  # noqa: BLE001
         raise_if_interrupted(exc)
+        raise_if_disk_full(exc, env_dir)
         return {"served_quality_value": "", "accuracy_log": "", "quality_reason": f"accuracy test under load failed: {status.describe(exc)}"}
 
 
@@ -204,7 +206,9 @@ def raise_if_interrupted(exc: BaseException) -> None:
 def failure(exc: Exception, params: BenchmarkParams, peak_resident: int | None = None) -> tuple[str, None, str]:
     """(status, None, reason) of a failed cell: `unsupported` where the backend says it cannot run the model,
     `oom` for an allocator's error, or for any error raised while the process is at `memory_limit_gb`
-    (TensorFlow reports some failed allocations under other names)."""
+    (TensorFlow reports some failed allocations under other names). A full disk is no cell's failure: it is raised
+    as a DiskFullError, which stops the sweep (a row recorded for it would keep the cell from being measured again)."""
+    raise_if_disk_full(exc, Path(params.output_dir))
     if isinstance(exc, status.Unsupported):
         return status.UNSUPPORTED, None, str(exc)
     if is_out_of_memory(exc):
@@ -352,7 +356,8 @@ def run_environment(params: dict[str, Any] | BenchmarkParams, progress: bool = T
     in flight when its process died gets a `crashed` row, or is measured again when its runner was stopped
     too (`resolve_in_flight`). After the sweep, cells disturbed by other processes are measured
     again, up to `remeasure` times (each attempt is a row; `read_results` keeps the least
-    disturbed). The speed probe runs at the start, before each model and at the end.
+    disturbed). The speed probe runs at the start, before each model and at the end. A full disk stops the sweep with
+    a DiskFullError (`store.disk`): no row is torn, and the cell in flight is measured again by the rerun.
     Only one process at a time may write into `output_dir`. Returns the kept rows.
     """
     params = validate_params(params)
@@ -473,5 +478,10 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
             probe("end")
         except KeyboardInterrupt:  # stopped by the user, not a crash: the cell is measured again next time
             clear_in_flight(output_dir)
+            raise
+        except Exception as exc:  # a full disk, not the cell's fault either: the rerun measures it again
+            if is_disk_full(exc):
+                clear_in_flight(output_dir)
+                raise_if_disk_full(exc, output_dir)
             raise
     return read_results(results)

@@ -1,8 +1,8 @@
 """`python -m benchlib publish`: one or more runs as a static site that opens from its folder (`file://`) or any static
 host, with no network: an index (per run: its machine, date, grid, environments and findings), each run's page with its
 headline tables, its summary, each environment's executed notebooks rendered to HTML, and the CSV files beside them.
-Every link is relative, and no file names the run's folder, the kit's or the home folder of the machine that made it
-(`Paths`).
+Every link is relative, and no file names the run's folder, the kit's, the home folder or the files the run read (its
+models, its text and evaluation data) as paths of the machine that made it (`Paths`).
 
 ```
 <site>/index.html
@@ -29,6 +29,7 @@ from benchlib.store import layout
 from benchlib.store.environment import read_environment
 
 INDEX = "index.html"
+INPUT_FILES: tuple[str, ...] = ("text_file", "eval_data")  # parameters naming a file the run read
 TEXT_SUFFIXES: tuple[str, ...] = (".csv", ".json", ".md", ".html", ".txt")
 
 
@@ -45,8 +46,8 @@ def _site_names(run_dirs: Sequence[Path]) -> list[str]:
 
 class Paths:
     """Where a run lies, and lay, on the machine that made it, written as a reader of the site sees it: the run's folder
-    (now, and as its environments recorded it) as the run's name, a model's folder as `display_path` gives it, the
-    kit's folder as `.`, the home folder as `~`."""
+    (now, and as its environments recorded it) as the run's name, a model's folder and a file the run read (`INPUT_FILES`)
+    as `display_path` gives it, the kit's folder as `.`, the home folder as `~`."""
 
     def __init__(self, run_dir: Path) -> None:
         found: dict[str, str] = {}
@@ -55,6 +56,7 @@ class Paths:
             if Path(output_dir := parameters.get("output_dir") or "").is_absolute():
                 found[str(Path(output_dir).parent)] = run_dir.name
             found |= {model: display_path(model) for model in parameters.get("models", []) if Path(model).is_absolute()}
+            found |= {file: display_path(file) for name in INPUT_FILES if Path(file := parameters.get(name) or "").is_absolute()}
         found |= {str(run_dir): run_dir.name, str(PROJECT_ROOT): ".", str(Path.home()): "~"}
         self.replacements = sorted(found.items(), key=lambda item: -len(item[0]))  # the longest first: a run inside the kit
 

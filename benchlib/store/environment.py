@@ -74,10 +74,11 @@ def earlier_probes(env_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return list(read_environment(env_dir).get("probes", []))
 
 
-def merge_environment(env_dir: str | os.PathLike[str], returned: bytes) -> None:
+def merge_environment(env_dir: str | os.PathLike[str], returned: bytes, cluster: dict[str, Any] | None = None) -> None:
     """Write a worker's environment.json into `env_dir`, its probes added to those recorded before, each probe tagged
-    with the `hostname` of the machine it ran on (rounds of one environment may run on different workers)."""
-    new = json.loads(returned)
+    with the `hostname` of the machine it ran on (rounds of one environment may run on different workers); `cluster`,
+    how the run reached its workers, is recorded under that name."""
+    new = {**json.loads(returned), **({"cluster": cluster} if cluster else {})}
     earlier = read_environment(env_dir)
     probes: dict[tuple[Any, ...], dict[str, Any]] = {}
     for info in (earlier, new):

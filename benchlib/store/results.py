@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from benchlib import status
+from benchlib.store.disk import append_whole
 from benchlib.store.layout import CUTOFF_FILE, results_path
 
 COLUMNS: tuple[str, ...] = (
@@ -50,6 +51,18 @@ ROUND_KEY: tuple[str, ...] = (*SCENARIO_KEY, "round")
 _REQUIRED: tuple[str, ...] = (*CELL_KEY, "status")
 
 
+def csv_record(row: dict[str, Any] | None = None) -> bytes:
+    """One results.csv record as csv writes it (CRLF-terminated, quoted where needed), encoded: `row`'s (whose columns
+    must be COLUMNS'), or without one the header."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=COLUMNS)
+    if row is None:
+        writer.writeheader()
+    else:
+        writer.writerow(row)
+    return buffer.getvalue().encode("utf-8")
+
+
 def make_row(cell: dict[str, Any], state: str, measurement: Any = None, reason: str = "") -> dict[str, Any]:
     """A results row for `cell` (environment fields, model, shape and any other column the sweep knows) ending with `state`;
     a `measurement` (measure.timing.Measurement) fills the timing columns from its `row_fields()`."""
@@ -64,7 +77,8 @@ def make_row(cell: dict[str, Any], state: str, measurement: Any = None, reason: 
 
 
 class ResultsWriter:
-    """Appends rows to `<output_dir>/results.csv`, each flushed to disk before the next cell."""
+    """Appends rows to `<output_dir>/results.csv`, each whole or not at all (`store.disk.append_whole`) and flushed to
+    disk before the next cell; a full disk raises a DiskFullError."""
 
     def __init__(self, output_dir: str | os.PathLike[str]) -> None:
         self.path = results_path(output_dir)
@@ -78,19 +92,12 @@ class ResultsWriter:
                     f"{self.path} has other columns than this version of benchlib writes; "
                     "measure again into a new folder, or set it aside with --force"
                 )
-        self._file = open(self.path, "a", newline="", encoding="utf-8")
-        self._writer = csv.DictWriter(self._file, fieldnames=COLUMNS)
+        self._file = open(self.path, "ab", buffering=0)
         if new:
-            self._writer.writeheader()
-            self._flush()
+            append_whole(self._file.fileno(), csv_record(), self.path)
 
     def append(self, row: dict[str, Any]) -> None:
-        self._writer.writerow(row)
-        self._flush()
-
-    def _flush(self) -> None:
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        append_whole(self._file.fileno(), csv_record(row), self.path)
 
     def close(self) -> None:
         self._file.close()
@@ -290,15 +297,16 @@ class ReceivedRows:
         self._keys = {row_key(row) for record in records if (row := record_row(record))}
 
     def add(self, records: Sequence[str]) -> list[dict[str, str]]:
-        """Append the records whose row is not in the file yet, flushed to disk; returns their rows."""
+        """Append the records whose row is not in the file yet, each whole or not at all and flushed to disk; returns
+        their rows. A record that cannot be written leaves the file as it was before that record (the ones before it
+        stay) and raises: a full disk as a DiskFullError (`store.disk`)."""
         added = []
-        with open(self.path, "a", encoding="utf-8", newline="") as file:
+        with open(self.path, "ab", buffering=0) as file:
             for record in records:
                 row = record_row(record)
                 if row is None or row_key(row) in self._keys:
                     continue
-                file.write(record)
-                file.flush()
+                append_whole(file.fileno(), record.encode("utf-8"), self.path)
                 self._keys.add(row_key(row))
                 added.append(row)
         return added
