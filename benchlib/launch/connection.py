@@ -173,7 +173,7 @@ def _not_dask(address: str, host: str, port: int, timeout_s: float, seen: bytes)
     if not seen and _speaks_tls(host, port, timeout_s):
         tls_address = "tls://" + address.split("://", 1)[-1]
         return f"--cluster: the scheduler at {address} asks for TLS and this run has none: run with --cluster {tls_address} --tls DIR, the folder of its certificates"
-    said = f"it sent {seen[:16]!r}" if seen else f"it said nothing within {FIRST_WORDS_S:g} s"
+    said = f"it sent {seen[:24]!r}" if seen else f"it said nothing within {FIRST_WORDS_S:g} s"
     return f"--cluster: something answers at {address} but not as a Dask scheduler ({said}): check the host and port"
 
 

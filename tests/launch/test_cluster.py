@@ -360,18 +360,30 @@ def test_a_kernel_killed_by_a_signal_on_a_worker_gets_a_row_that_names_it(tmp_pa
 # ---------------------------------------------------------------- who may connect
 
 
-class HttpServer:
-    """An HTTP server on 127.0.0.1 (what a mistyped port, such as a dashboard's, reaches), in a thread."""
+class Listener:
+    """A server on 127.0.0.1, in a thread: an HTTP server (what a mistyped port, such as a dashboard's, reaches), or,
+    with `banner`, another service that greets every connection first (as SSH does)."""
+
+    def __init__(self, banner: bytes | None = None) -> None:
+        self.banner = banner
 
     def __enter__(self) -> str:
         import http.server
+        import socketserver
         import threading
 
-        class Quiet(http.server.SimpleHTTPRequestHandler):
+        banner = self.banner
+
+        class Http(http.server.SimpleHTTPRequestHandler):
             def log_message(self, *args: object) -> None:  # not on the test's stderr, where the kit's one line is read
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+        class Greeter(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                self.request.sendall(banner)
+
+        server_class = http.server.ThreadingHTTPServer if banner is None else socketserver.ThreadingTCPServer
+        self.server = server_class(("127.0.0.1", 0), Http if banner is None else Greeter)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return f"127.0.0.1:{self.server.server_address[1]}"
 
@@ -384,8 +396,8 @@ class HttpServer:
 def test_a_wrong_address_or_certificate_is_one_line_within_the_connect_timeout(
     tmp_path: Path, cluster: Cluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Each of these is refused with its one line (exit 2), well within the connect timeout, and no cell runs: an HTTP
-    server; the TLS scheduler reached over tcp:// (no certificate); its certificate checked against another CA's; this
+    """Each of these is refused with its one line (exit 2), well within the connect timeout, and no cell runs: another
+    service; an HTTP server; the TLS scheduler reached over tcp:// (no certificate); its certificate checked against another CA's; this
     run's certificate made by another CA; a plain scheduler reached with --tls; nothing listening."""
     from distributed import Client
 
@@ -401,8 +413,9 @@ def test_a_wrong_address_or_certificate_is_one_line_within_the_connect_timeout(
     try:
         plain_address = plain.scheduler(free_port())
         plain.wait_for(plain_address, 0)
-        with HttpServer() as http_host:
+        with Listener() as http_host, Listener(b"SSH-2.0-OpenSSH_9.2p1\r\n") as ssh_host:
             cases = [
+                (["--cluster", f"tcp://{ssh_host}"], f"--cluster: something answers at tcp://{ssh_host} but not as a Dask scheduler (it sent b'SSH-2.0-OpenSSH_9.2p1\\r\\n')"),
                 (["--cluster", f"tcp://{http_host}"], f"--cluster: an HTTP server answers at tcp://{http_host}, not a Dask scheduler: a dashboard or web port?"),
                 (["--cluster", f"tls://{http_host}", "--tls", str(cluster.certs)], f"--cluster: an HTTP server answers at tls://{http_host}, not a Dask scheduler"),
                 (["--cluster", f"tcp://{tls_host}"], f"--cluster: the scheduler at tcp://{tls_host} asks for TLS and this run has none: run with --cluster tls://{tls_host} --tls DIR"),
