@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from benchlib import backends, status
 from benchlib.backends import TOLERANCE, BackendInfo, BackendSettings, frameworks, is_out_of_memory, load_backend, model_class, modes, unsupported_reason
 from benchlib.backends import pytorch as pytorch_backend
+from benchlib.cli import CLUSTER_DISTRIBUTIONS
 from benchlib.config.catalogue import get_model, load_catalogue
 from benchlib.config.params import ParameterError, validate_params
 from benchlib.measure.sweep import run_environment, within_tolerance
@@ -119,7 +120,7 @@ def test_each_backends_extra_installs_what_it_requires():
     for info in declared.values():
         assert set(info.requires) <= extras.get(info.extra, set()) if info.requires else info.extra is None, info.framework
         assert not set(info.requires) & core, info.framework
-    assert extras["cluster"] == {"dask", "distributed"} and not extras["cluster"] & core
+    assert extras["cluster"] == set(CLUSTER_DISTRIBUTIONS) and not extras["cluster"] & core  # Dask, and cryptography for `cluster certs`
     assert extras["loadgen"] == {LOADGEN_DISTRIBUTION} and not extras["loadgen"] & core  # the load scenarios' (scenarios/loadgen.py)
     assert [Requirement(line) for line in project["optional-dependencies"]["all"]] == [Requirement("benchlib[cluster,loadgen,onnxruntime,openvino,tensorflow,tune]")]
     assert "torch==2.13.0" in project["dependencies"]  # any other torch specifier downloads a multi-GB CUDA build
