@@ -205,7 +205,6 @@ def probe_scheduler(target: ClusterTarget, timeout_s: float = CONNECT_TIMEOUT_S)
                     f"--cluster: the scheduler at {address} refused this run's certificate ({role_files(certs, 'client').cert}): "
                     f"it trusts another CA; use the folder `cluster certs` made for its scheduler"
                 ) from None
-            seen = b""
             with _open(host, port, timeout_s, address) as plain:
                 if _looks_like_dask(seen := _first_words(plain, FIRST_WORDS_S)):
                     plain_address = "tcp://" + address.split("://", 1)[-1]
