@@ -271,7 +271,7 @@ def command_cache(args: argparse.Namespace) -> int:
 def command_cluster_certs(folder: Path) -> int:
     """Write a cluster's CA, certificates and keys into `folder` and print the commands that use them."""
     try:
-        from benchlib.launch.certificates import CertificatesError, role_files, start_commands, write_certificates
+        from benchlib.launch.certificates import ROLES, CertificatesError, role_files, start_commands, write_certificates
     except ImportError as error:
         print(f"cluster certs: {not_installed_message([(error.name or 'cryptography').split('.')[0]], 'cluster')}", file=sys.stderr)
         return USAGE_ERROR
@@ -280,7 +280,7 @@ def command_cluster_certs(folder: Path) -> int:
     except CertificatesError as error:
         print(error, file=sys.stderr)
         return USAGE_ERROR
-    keys = ", ".join(role_files(folder, role).key.name for role in ("scheduler", "worker", "client"))
+    keys = ", ".join(role_files(folder, role).key.name for role in ROLES)
     print(f"{folder}: ca.pem, and a certificate and key for the scheduler, the workers and the client ({keys}: readable by you only)")
     print("copy ca.pem with the scheduler's files to its machine, with the worker's to each worker's, with the client's to where you run; then:")
     for command in start_commands(folder):
