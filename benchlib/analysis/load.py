@@ -28,6 +28,7 @@ from benchlib import status
 from benchlib.analysis import significance
 from benchlib.analysis.comparisons import BASELINE, BASELINE_VERDICT
 from benchlib.analysis.runs import run_models, short_model_names
+from benchlib.analysis.speedups import winners_text
 from benchlib.store.environment import read_environment
 from benchlib.store.layout import environment_dirs
 from benchlib.store.results import CELL_SCENARIO, MLPERF_PERCENTILE, judged_percentile, read_results
@@ -197,8 +198,6 @@ SCENARIO_WORDS: dict[str, str] = {
 }  # fmt: skip
 
 
-ITSELF = "eager PyTorch float32 itself"
-
 
 def _percentile(column: str) -> str:
     """The percentile a latency column names (`single_stream_p90_ms`: "90th")."""
@@ -224,52 +223,54 @@ def figure_text(scenario: str, column: str, figure: float, bound: str = "") -> s
     return f"{figure:.3g} ms at the {_percentile(column)} percentile"
 
 
-def _versus_baseline(speedups: pd.DataFrame, model: str, scenario: str, environment: str) -> str:
-    """An environment's speed-up over eager PyTorch float32 in one scenario, in words ("" where there is none)."""
+def _speedup_text(speedups: pd.DataFrame, model: str, scenario: str, environment: str) -> str:
+    """An environment's speed-up over eager PyTorch float32 in one scenario, short: `2.26x (2.10x to 2.41x)`, `1.5x (1
+    round)`, `baseline`; "" where there is none."""
     found = speedups[(speedups["model"] == model) & (speedups["scenario"] == scenario) & (speedups["environment"] == environment)]
     if found.empty or pd.isna(found["speedup"].iloc[0]):
         return ""
     line = found.iloc[0]
     if line["verdict"] == BASELINE_VERDICT:
-        return ITSELF
+        return BASELINE_VERDICT
     if pd.isna(line["ci95_low"]):
-        return f"{line['speedup']:.3g}x eager PyTorch float32 ({line['rounds']} round: no interval; verdict: {line['verdict']})"
-    return (
-        f"{line['speedup']:.3g}x eager PyTorch float32 (95% interval {line['ci95_low']:.3g}x to {line['ci95_high']:.3g}x over "
-        f"{line['rounds']} rounds; verdict: {line['verdict']})"
-    )
-
-
-def _described(line: pd.Series, environment: str, figure: float, agreement: float, speedups: pd.DataFrame, bound: str) -> str:
-    versus = _versus_baseline(speedups, line["model"], line["scenario"], environment)
-    parts = [figure_text(line["scenario"], line["column"], figure, bound), versus]
-    if versus != ITSELF and pd.notna(agreement):
-        parts.append(f"agreement {agreement:.5g}")
-    return f"{environment} ({', '.join(part for part in parts if part)})"
+        return f"{line['speedup']:.3g}x ({line['rounds']} round: {line['verdict']})"
+    return f"{line['speedup']:.3g}x ({line['ci95_low']:.3g}x to {line['ci95_high']:.3g}x, {line['verdict']})"
 
 
 def findings(table: pd.DataFrame, fastest: pd.DataFrame, speedups: pd.DataFrame, bound: str = "") -> list[str]:
     """The findings under load, from `scenario_table`, `fastest_per_scenario` and `scenario_speedups` (`bound`: the
-    server's bound in words, `bound_text`): per model and scenario the fastest environment with a VALID result (its
-    figure, its speed-up over eager PyTorch float32 and its agreement) and the fastest whose agreement keeps
-    AGREEMENT_BAR; a model measured in one environment, its figures; then the INVALID results, which no ranking uses."""
+    server's bound in words, `bound_text`): per model, one sentence with the answer and a table with a line per scenario
+    (the fastest environment with a VALID result, its figure, speed-up over eager PyTorch float32 and agreement; the
+    fastest whose agreement keeps AGREEMENT_BAR, its figure and speed-up); a model measured in one environment, its
+    figures; then the INVALID results, which no ranking uses."""
     sentences = []
-    agreements = table.set_index(["model", "environment"])["agreement"]
     keeps = f"keeps {AGREEMENT_BAR:.0%} agreement with eager PyTorch float32"
     for model, lines in fastest.groupby("model", sort=False):
-        parts = []
-        for _, line in lines.iterrows():
-            text = f"{SCENARIO_WORDS[line['scenario']]}, {_described(line, line['fastest'], line['figure'], line['agreement'], speedups, bound)} is the fastest"
-            if line["fastest_keeping_99"] == line["fastest"]:
-                text += f" and {keeps}"
-            elif line["fastest_keeping_99"]:
-                kept = line["fastest_keeping_99"]
-                described = _described(line, kept, line["figure_keeping_99"], agreements.get((model, kept), float("nan")), speedups, bound)
-                text += f"; the fastest that {keeps} is {described}"
-            else:
-                text += f"; no environment with a VALID result {keeps}"
-            parts.append(text)
-        sentences.append(f"Under load, for {model}: " + "; ".join(parts) + ".")
+        rows, best, kept = [], {}, {}
+        several = lines["scenario"].duplicated(keep=False)
+        for (_, line), many in zip(lines.iterrows(), several):
+            short = lambda figure: figure_text(line["scenario"], line["column"], figure, "").removeprefix("serves ").removesuffix(" under the latency bound")  # noqa: E731
+            name = f"{line['scenario']} ({line['column']})" if many else line["scenario"]
+            best[name] = line["fastest"]
+            if line["fastest_keeping_99"]:
+                kept[name] = line["fastest_keeping_99"]
+            keeping = line["fastest_keeping_99"]
+            rows.append({
+                "scenario": name, "fastest": line["fastest"], "figure": short(line["figure"]),
+                "speed-up": _speedup_text(speedups, model, line["scenario"], line["fastest"]), "agreement": f"{line['agreement']:.5g}",
+                f"fastest that keeps {AGREEMENT_BAR:.0%}": keeping or "none",
+                "its figure": short(line["figure_keeping_99"]) if keeping and keeping != line["fastest"] else "",
+                "its speed-up": _speedup_text(speedups, model, line["scenario"], keeping) if keeping and keeping != line["fastest"] else "",
+            })  # fmt: skip
+        if best == kept:
+            sentence = f"Under load, for {model}, the fastest is {winners_text(best, 'in every scenario')}, and it {keeps}."
+        elif kept:
+            sentence = f"Under load, for {model}, the fastest is {winners_text(best, 'in every scenario')}; the fastest that {keeps} is {winners_text(kept, 'in every scenario')}."
+        else:
+            sentence = f"Under load, for {model}, the fastest is {winners_text(best, 'in every scenario')}; no environment with a VALID result {keeps}."
+        if "server" in set(lines["scenario"]):
+            sentence += f" A server's figure is the largest rate it served {bound or 'under the latency bound'}."
+        sentences.append(sentence + "\n\n" + pd.DataFrame(rows).to_markdown(index=False))
     for model, group in table.groupby("model", sort=False):
         if len(group) == 1 and model not in set(fastest["model"]):
             line = group.iloc[0]

@@ -132,6 +132,15 @@ def times_text(speedup: float) -> str:
     return f"{speedup:.2f}x"
 
 
+def winners_text(best: dict[str, str], every: str) -> str:
+    """Which environment wins in each measurement (`best`: measurement to environment), in words: `X` followed by
+    `every` (`in every scenario`) where one wins them all, else `X for a and b, Y for c`."""
+    names = list(dict.fromkeys(best.values()))
+    if len(names) == 1:
+        return f"{names[0]} {every}" if len(best) > 1 else names[0]
+    return ", ".join(f"{name} for {' and '.join(m for m, e in best.items() if e == name)}" for name in names)
+
+
 def interval_text(row: pd.Series) -> str:
     """A speed-up's interval and verdict, in words."""
     return f"95% interval {times_text(row['ci95_low'])} to {times_text(row['ci95_high'])} over {row['cells']} cells ok in both; verdict: {row['verdict']}"

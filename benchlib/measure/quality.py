@@ -25,7 +25,7 @@ from benchlib.scenarios.serving import Request, StreamCall, batch_ids
 from benchlib.status import describe
 from benchlib.store.layout import ACCURACY_TEST, loadgen_folder
 from benchlib.workloads.inputs import load_tokenizer, text_of
-from benchlib.workloads.quality import Prepared, Scored, as_reference, prepare_examples, responses, score
+from benchlib.workloads.quality import Prepared, Scored, as_reference, prepare_examples, responses, score, verdict
 
 if TYPE_CHECKING:
     from benchlib.backends import Backend
@@ -125,14 +125,14 @@ def quality_columns(backend: Backend, model: Any, spec: ModelSpec, params: Bench
 
 
 def scored_columns(scored: Scored, target: float) -> Columns:
-    """A `Scored` as the row's columns, with its verdict against `target` (`keeps` or `below`; blank without a ratio)."""
+    """A `Scored` as the row's columns, with the ratio's verdict against `target` from its interval (`keeps`, `below` or
+    `undecided`: `workloads.quality.verdict`; blank without a ratio)."""
     blank = lambda value: "" if value is None or not np.isfinite(value) else value  # noqa: E731
     has_ratio = scored.ratio is not None and np.isfinite(scored.ratio)
-    verdict = "" if not has_ratio else ("keeps" if scored.ratio >= target else "below")
     return {
         "quality_metric": scored.metric, "quality_value": blank(scored.value), "quality_low": blank(scored.low), "quality_high": blank(scored.high),
         "quality_reference": blank(scored.reference), "quality_ratio": blank(scored.ratio), "quality_ratio_low": blank(scored.ratio_low) if has_ratio else "",
-        "quality_ratio_high": blank(scored.ratio_high) if has_ratio else "", "quality_verdict": verdict, "quality_n": scored.examples,
+        "quality_ratio_high": blank(scored.ratio_high) if has_ratio else "", "quality_verdict": verdict(scored.ratio, scored.ratio_low, scored.ratio_high, target) if has_ratio else "", "quality_n": scored.examples,
         "quality_truncated": scored.truncated, "quality_f1": blank(scored.f1),
     }  # fmt: skip
 

@@ -31,7 +31,7 @@ COLUMNS: dict[str, str] = {
     "ci95_low": "The low end of the 95% interval of the ratio or speed-up beside it.",
     "ci95_high": "The high end of the 95% interval of the ratio or speed-up beside it.",
     "interval_over": "What the interval resamples: `rounds` (per-round medians) or `samples` (one process's samples).",
-    "verdict": "faster, slower, no clear difference, or inconclusive (disturbed cells, one round under load); `baseline` for the baseline; of a quality ratio: `keeps` or `below` the target.",
+    "verdict": "faster, slower, no clear difference, or inconclusive (disturbed cells, one round under load); `baseline` for the baseline; of a quality ratio, read from its interval: `keeps` (wholly at or above the target), `below` (wholly under it) or `undecided` (the interval holds the target: the examples cannot tell).",
     "disturbed_cells": "The cells other work on the machine disturbed that the comparison rests on.",
     "cells": "The cells `ok` in both environments compared.",
     "cells_excluded": "The cells left out of a comparison: not `ok` in one of the environments compared.",
@@ -154,6 +154,7 @@ COLUMNS: dict[str, str] = {
     "ratio_high": "The high end of the ratio's 95% interval.",
     "target": "The share of eager float32's score to keep: `quality_target` (MLPerf's 0.99).",
     "examples": "The examples scored.",
+    "decide_examples": "Of an undecided verdict: about how many examples would likely decide it (where the half of the interval facing the target, shrinking as one over the square root of the examples, would reach just to the target).",
     "truncated": "Texts cut to the model's context before scoring.",
     "f1": "A classification's macro F1 (the F1 of each class, averaged).",
     "served_value": "The score from LoadGen's accuracy log (every example served once under load, its response logged by LoadGen).",
@@ -164,7 +165,7 @@ COLUMNS: dict[str, str] = {
     "quality": "The quality it keeps: the task metric's ratio to eager float32's, or the agreement.",
     "quality_low": "The low end of the quality ratio's 95% interval.",
     "quality_high": "The high end of the quality ratio's 95% interval.",
-    "keeps": "Whether it keeps the target: only an environment that does is named the fastest.",
+    "quality_verdict": "The quality's verdict against the target: `keeps`, `below` or `undecided` (from the interval; agreement, which has none, by its point). Only an environment that keeps is named the fastest that keeps.",
 }
 
 

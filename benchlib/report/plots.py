@@ -27,6 +27,7 @@ from benchlib.analysis.comparisons import paired_cells  # noqa: E402
 from benchlib.analysis.runs import GENERATE, NOT_MEASURED, by_workload, prepare, shape_name  # noqa: E402
 from benchlib.analysis.significance import FASTER, SLOWER  # noqa: E402
 from benchlib.store.layout import figure_path  # noqa: E402
+from benchlib.workloads.quality import KEEPS, UNDECIDED  # noqa: E402
 from benchlib.store.results import judged_percentile  # noqa: E402
 
 
@@ -288,7 +289,8 @@ def tune_points(points: pd.DataFrame, latency_bound_ms: float | None = None) -> 
 def speed_quality(table: pd.DataFrame, target: float) -> Figure:
     """Speed-up over eager float32 against the quality ratio (`task_quality.speed_and_quality` rows judged by the task
     metric): one panel per model and what was measured, one point per environment with both intervals, the target
-    dashed; a point left of it keeps too little of float32's quality to be ranked."""
+    dashed; a dot keeps the target, an x is below it (never ranked), a hollow square is undecided (its interval holds
+    the target: neither ranked nor set aside)."""
     data = table[table["judged_by"] == "task metric"].dropna(subset=["speedup", "quality"]).copy()
     if data.empty:
         raise ValueError("table: no environment has both a speed-up and a quality ratio to plot")
@@ -300,8 +302,9 @@ def speed_quality(table: pd.DataFrame, target: float) -> Figure:
         for row in data[data["panel"] == panel].itertuples():
             x_err = [[max(row.quality - row.quality_low, 0)], [max(row.quality_high - row.quality, 0)]] if pd.notna(row.quality_low) else None
             y_err = [[max(row.speedup - row.ci95_low, 0)], [max(row.ci95_high - row.speedup, 0)]] if pd.notna(row.ci95_low) else None
-            ax.errorbar(row.quality, row.speedup, xerr=x_err, yerr=y_err, fmt="o" if row.keeps else "X", color=colours[row.environment],
-                        label=row.environment, capsize=3)  # fmt: skip
+            marker = {KEEPS: "o", UNDECIDED: "s"}.get(row.quality_verdict, "X")
+            ax.errorbar(row.quality, row.speedup, xerr=x_err, yerr=y_err, fmt=marker, color=colours[row.environment], label=row.environment,
+                        capsize=3, markerfacecolor="none" if row.quality_verdict == UNDECIDED else colours[row.environment])  # fmt: skip
         ax.axvline(target, color="grey", linestyle="--", linewidth=1)
         ax.axhline(1.0, color="grey", linewidth=0.5)
         ax.set_title(panel, fontsize=9)
@@ -310,7 +313,7 @@ def speed_quality(table: pd.DataFrame, target: float) -> Figure:
     axes[0][0].set_ylabel("speed-up over eager float32")
     handles = {label: handle for ax in axes[0] for handle, label in zip(*ax.get_legend_handles_labels())}
     figure.legend(handles.values(), handles.keys(), loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
-    figure.suptitle(f"Speed against quality on your data: the target {target:.1%} dashed; x: below it, never ranked", y=1.02)
+    figure.suptitle(f"Speed against quality on your data: the target {target:.1%} dashed; x: below it, never ranked; hollow square: undecided", y=1.02)
     figure.tight_layout()
     plt.close(figure)
     return figure

@@ -115,12 +115,22 @@ def show_table(table: pd.DataFrame, output_dir: str | os.PathLike[str], name: st
     _display_notes(notes)
 
 
+def findings_markdown(findings: list[str]) -> str:
+    """The findings as a Markdown list; a finding that carries a table (its sentence, a blank line, then the table)
+    shows the table under its sentence, between the list's items."""
+    parts = []
+    for finding in findings:
+        sentence, _, table = finding.partition("\n\n")
+        parts.append(f"- {sentence}" + (f"\n\n{table}\n" if table else ""))
+    return "\n".join(parts)
+
+
 def show_findings(sentences: list[str], output_dir: str | os.PathLike[str] | None = None) -> None:
-    """In the notebook: the findings, under a heading, as a list; saved as findings.md in `output_dir` where given
-    (`publish` shows them in its index)."""
+    """In the notebook: the findings, under a heading, as a list (`findings_markdown`); saved as findings.md in
+    `output_dir` where given (`publish` shows them in its index)."""
     from IPython.display import Markdown, display
 
-    listed = "\n".join(f"- {sentence}" for sentence in sentences)
+    listed = findings_markdown(sentences)
     if output_dir is not None:
         (Path(output_dir) / layout.FINDINGS_FILE).write_text(listed + "\n", encoding="utf-8")
     display(Markdown("## Findings\n\n" + listed))

@@ -5,10 +5,15 @@ ratio to eager float32's, both computed on the same resampled examples.
 
 A response is what MLPerf's accuracy mode logs for a sample: the direct scoring and LoadGen's accuracy log are scored by
 the same functions, so that the two can only differ by what the serving did to the answers.
+
+A verdict against a target follows the interval, not the point estimate (`verdict`): `keeps` when the whole interval is
+at or above the target, `below` when it is wholly under it, `undecided` otherwise, with the examples that would likely
+decide (`examples_to_decide`).
 """
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +27,37 @@ from benchlib.config.eval_data import CLASSIFICATION, PERPLEXITY, SIMILARITY, Ev
 PERPLEXITY_WINDOW = 256  # the longest window of a text scored at once (the model's context where that is shorter)...
 BOOTSTRAP_RESAMPLES = 1000
 CONFIDENCE = 0.95
+KEEPS, BELOW, UNDECIDED = "keeps", "below", "undecided"
+VERDICTS: tuple[str, ...] = (KEEPS, BELOW, UNDECIDED)
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def verdict(value: float | None, low: float | None, high: float | None, target: float) -> str:
+    """`keeps` when the interval's lower end is at or above `target`, `below` when its upper end is under it,
+    `undecided` when it holds the target; without an interval (a figure of one batch), the point estimate decides
+    (`keeps` or `below`); "" without a value."""
+    if not _finite(value):
+        return ""
+    if not (_finite(low) and _finite(high)):
+        return KEEPS if value >= target else BELOW
+    if low >= target:
+        return KEEPS
+    return BELOW if high < target else UNDECIDED
+
+
+def examples_to_decide(value: float, low: float, high: float, target: float, examples: int) -> int | None:
+    """About how many examples would likely decide an undecided verdict: where the half of the interval that faces the
+    target, shrinking as one over the square root of the examples, would reach from the estimate just to the target.
+    None where that cannot be said (no interval, or the estimate on the target itself)."""
+    if not all(_finite(x) for x in (value, low, high)) or examples < 1:
+        return None
+    distance, reach = abs(value - target), (value - low) if value >= target else (high - value)
+    if distance == 0 or reach <= 0:
+        return None
+    return max(examples + 1, math.ceil(examples * (reach / distance) ** 2))
 
 
 @dataclass(frozen=True)

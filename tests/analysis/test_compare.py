@@ -307,3 +307,45 @@ def test_a_load_scenarios_cells_match_by_digest_too(tmp_path):
     comparison = compare.compare_runs(tmp_path / "a", tmp_path / "b")
     assert comparison.cells[["model", "scenario", "status_a", "status_b"]].values.tolist() == [["tiny-bert", "offline", "ok", "ok"]]
     assert comparison.notes == (f"one checkpoint under two names: tiny-bert in A, bert-copy in B (sha256 {'d' * 12}); compared as tiny-bert",)
+
+
+def write_quality_run(run: Path, ratios: dict[str, tuple[float, float, float]]) -> Path:
+    """A run whose environments scored similarity.jsonl (40 pairs) with these (ratio, low, high) to float32's, each
+    verdict written as the kernel writes it, at the 99% target."""
+    from benchlib.workloads.quality import verdict
+
+    for environment, (ratio, low, high) in ratios.items():
+        framework, mode, precision = ("pytorch", "eager", "float32") if environment == "cpu-pytorch" else ("onnxruntime", "session", "int8")
+        quality = {
+            "quality_data": "similarity.jsonl", "quality_metric": "spearman", "quality_value": 0.87 * ratio, "quality_low": 0.8 * ratio,
+            "quality_high": 0.93 * ratio, "quality_reference": 0.87, "quality_ratio": ratio, "quality_ratio_low": low, "quality_ratio_high": high,
+            "quality_target": 0.99, "quality_verdict": verdict(ratio, low, high, 0.99), "quality_n": 40,
+        }  # fmt: skip
+        folder = run / environment
+        with ResultsWriter(folder) as writer:
+            cell = {**ENVIRONMENT, "environment": environment, "framework": framework, "mode": mode, "precision": precision,
+                    "model": "all-MiniLM-L6-v2", "batch_size": 1, "sequence_length": 8, **quality}  # fmt: skip
+            writer.append(make_row(cell, "ok", Measurement(tuple(tight(0.01)), number=1)))
+        write_json(folder / "environment.json", info(environment, output_dir=str(folder)))
+    return run
+
+
+def test_a_quality_verdict_that_moved_is_reported_with_both_intervals_and_one_undecided_in_both_runs_is_said(tmp_path, capsys):
+    reference = (1.0, 1.0, 1.0)
+    a = write_quality_run(tmp_path / "a", {"cpu-pytorch": reference, "cpu-onnxruntime-int8": (0.95, 0.92, 0.98)})
+    b = write_quality_run(tmp_path / "b", {"cpu-pytorch": reference, "cpu-onnxruntime-int8": (0.997, 0.993, 1.001)})
+    main(["compare", str(a), str(b)])
+    printed = capsys.readouterr().out
+    assert (
+        "quality changed: cpu-onnxruntime-int8 all-MiniLM-L6-v2 spearman 0.8265 -> 0.86739 (A's 95% interval 0.76 to 0.8835; verdict below -> keeps; "
+        "ratio to float32's 0.95 (0.92 to 0.98) in A, 0.997 (0.993 to 1.001) in B)"
+    ) in printed
+    c = write_quality_run(tmp_path / "c", {"cpu-pytorch": reference, "cpu-onnxruntime-int8": (1.0005, 0.964, 1.044)})
+    d = write_quality_run(tmp_path / "d", {"cpu-pytorch": reference, "cpu-onnxruntime-int8": (0.987, 0.936, 1.029)})
+    main(["compare", str(c), str(d)])
+    printed = capsys.readouterr().out
+    assert (
+        "quality undecided in both runs: cpu-onnxruntime-int8 all-MiniLM-L6-v2 spearman, ratio to float32's 1 (0.964 to 1.044) in A, "
+        "0.987 (0.936 to 1.029) in B: neither run's examples decide whether it keeps the target; about "
+    ) in printed
+    assert "quality changed" not in printed and "cpu-pytorch all-MiniLM" not in printed

@@ -124,9 +124,16 @@ def test_the_fastest_and_the_fastest_that_keeps_99_percent_agreement_are_both_na
     fastest = under_load.fastest_per_scenario(table).iloc[0]
     assert (fastest["fastest"], fastest["agreement"], fastest["fastest_keeping_99"], fastest["figure_keeping_99"]) == ("cpu-onnxruntime", 0.934, "cpu-openvino", 60.5)
     sentences = under_load.findings(table, under_load.fastest_per_scenario(table), under_load.scenario_speedups(rows), "under 100 ms at the 90th percentile")
-    assert sentences[0].startswith(
-        "Under load, for bert: requests arriving at random (server), cpu-onnxruntime (serves 92.5 requests/s under 100 ms at the 90th "
-        "percentile, 2.26x eager PyTorch float32 (95% interval "
+    sentence, _, table_text = sentences[0].partition("\n\n")
+    assert sentence == (
+        "Under load, for bert, the fastest is cpu-onnxruntime; the fastest that keeps 99% agreement with eager PyTorch float32 is "
+        "cpu-openvino. A server's figure is the largest rate it served under 100 ms at the 90th percentile."
     )
-    assert "agreement 0.934) is the fastest; the fastest that keeps 99% agreement with eager PyTorch float32 is cpu-openvino (serves 60.5 requests/s" in sentences[0]
-    assert sentences[0].endswith("agreement 0.99998).")
+    lines = table_text.splitlines()  # a Markdown table: the header, its rule, one line per scenario
+    assert len(lines) == 3 and [cell.strip() for cell in lines[0].strip("|").split("|")] == [
+        "scenario", "fastest", "figure", "speed-up", "agreement", "fastest that keeps 99%", "its figure", "its speed-up",
+    ]  # fmt: skip
+    cells = [cell.strip() for cell in lines[2].strip("|").split("|")]
+    assert cells[:3] == ["server", "cpu-onnxruntime", "92.5 requests/s"] and cells[3].startswith("2.26x (") and cells[4] == "0.934"
+    assert cells[5:7] == ["cpu-openvino", "60.5 requests/s"] and cells[7].startswith("1.48x (") and cells[7].endswith(", faster)")
+    assert len(sentence.split()) < 40  # at a glance: the figures are in the table

@@ -217,11 +217,13 @@ def test_loadgens_advice_is_followed_and_an_invalid_result_is_never_ranked_nor_a
     speedup = pd.read_csv(tmp_path / "tables" / "under_load_speedups.csv").set_index("environment").loc["cpu-torchscript"]
     assert math.isnan(speedup["speedup"]) and speedup["no_valid_result"] == "baseline"
     findings = (tmp_path / "findings.md").read_text(encoding="utf-8")
-    assert "one request at a time (single-stream), cpu-torchscript (" in findings and " is the fastest and keeps 99% agreement" in findings
+    assert "Under load, for gpt2, the fastest is cpu-torchscript, and it keeps 99% agreement with eager PyTorch float32." in findings
+    assert re.search(r"^\| single-stream +\| cpu-torchscript +\| [0-9.]+ ms at the 90th percentile +\|", findings, re.MULTILINE)  # its table
     assert "Not ranked, INVALID in LoadGen's judgement: cpu-pytorch for gpt2 (single-stream: INVALID (Min duration satisfied: NO))." in findings
     # A load-only run's summary: its findings, then the load section alone; the contents line names what was not measured.
     assert "Not measured in these runs: the forward pass one call at a time" in findings
     assert page.index("Findings") < page.index("Contents:") < page.index('id="1.-Under-load"')
+    assert "<table" in page[page.index("Findings") : page.index("Contents:")]  # the finding's table, rendered as one
     assert re.findall(r'<h2 id="([^"]+)"', page) == ["Findings", "1.-Under-load"]
     # Every column of the load section's tables is in the column glossary the summary links to.
     columns = {column for table in (tmp_path / "tables").glob("*.csv") for column in pd.read_csv(table, nrows=0).columns}

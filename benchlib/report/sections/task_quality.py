@@ -1,7 +1,7 @@
 """Quality on the user's data: each environment's task metric per model on `eval_data` (or a causal model's perplexity on
 the text), its ratio to eager PyTorch float32's with its interval and verdict against `quality_target`, what LoadGen's
-accuracy mode under load scored, and the speed-up against quality picture. An environment below the target is never
-named the fastest."""
+accuracy mode under load scored, and the speed-up against quality picture. An environment below the target, or one
+whose interval holds it (undecided), is never named the fastest that keeps it."""
 
 from __future__ import annotations
 
@@ -35,8 +35,9 @@ def quality_findings(run: SummaryRun) -> list[str]:
     "quality", "Quality on your data", QUALITY,
     "Per model and environment, the task's metric on your examples (accuracy, Spearman's correlation or perplexity) with "
     "its 95% interval over examples, eager PyTorch float32's, the ratio to it and its verdict against the target "
-    "(`keeps` or `below`: MLPerf's 99% rule), and what LoadGen's accuracy mode scored under load. Then each speed-up "
-    "beside the quality it keeps: an environment below the target is never named the fastest.",
+    "(MLPerf's 99% rule, read from the interval: `keeps`, `below`, or `undecided` with about how many examples would "
+    "decide), and what LoadGen's accuracy mode scored under load. Then each speed-up beside the quality it keeps: an "
+    "environment below the target, or undecided, is never named the fastest that keeps it.",
     findings=quality_findings,
 )  # fmt: skip
 def show_quality(run: SummaryRun) -> None:
