@@ -21,16 +21,33 @@ from benchlib.measure.probe import PROBE_WORKLOAD
 pytestmark = pytest.mark.skipif(not available(), reason="interference is measured from Linux /proc")
 
 
+class Spinners:
+    """CPU-bound processes beside this one, one core's worth each."""
+
+    def __init__(self, count: int) -> None:
+        self.processes = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+
+    def stop(self) -> None:
+        for process in self.processes:
+            process.kill()
+            process.wait()
+
+
 @contextlib.contextmanager
-def busy_process() -> Iterator[subprocess.Popen]:
-    """A CPU-bound process beside this one (one core's worth), stopped on exit."""
-    process = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    time.sleep(0.3)  # let it start spinning
+def busy_process(count: int = 1) -> Iterator[Spinners]:
+    """`count` CPU-bound processes beside this one, stopped on exit."""
+    spinners = Spinners(count)
+    time.sleep(0.3)  # let them start spinning
     try:
-        yield process
+        yield spinners
     finally:
-        process.kill()
-        process.wait()
+        spinners.stop()
+
+
+def every_cpu() -> int:
+    """How many spinning processes take every CPU this process may use: the disturbance is then most of the capacity
+    whatever the machine's (or the pytest worker's) number of CPUs, never 1/N of it."""
+    return len(os.sched_getaffinity(0))
 
 
 def busy_for(seconds: float) -> None:
@@ -116,7 +133,7 @@ QUIET_ENOUGH = 0.15
 @pytest.mark.e2e
 def test_cells_measured_beside_a_busy_process_are_disturbed_and_quiet_ones_are_not(tmp_path):
     once = dict(remeasure=0, max_interference=QUIET_ENOUGH)
-    with busy_process():
+    with busy_process(every_cpu()):
         loud = run_environment(params(tmp_path, **once, output_dir=str(tmp_path / "loud")), progress=False)
     quiet = run_environment(params(tmp_path, **once, output_dir=str(tmp_path / "quiet")), progress=False)
     assert loud.status.eq("ok").all() and quiet.status.eq("ok").all()
@@ -131,12 +148,11 @@ def test_cells_measured_beside_a_busy_process_are_disturbed_and_quiet_ones_are_n
 @pytest.mark.e2e
 def test_disturbed_cells_are_measured_again_and_the_least_disturbed_row_is_kept(tmp_path, monkeypatch):
     real_probe = sweep_module.run_probe
-    with busy_process() as spinner:
+    with busy_process(every_cpu()) as spinners:
 
         def probe(label):
             if "attempt 2" in label:  # the machine goes quiet once the first pass is over
-                spinner.kill()
-                spinner.wait()
+                spinners.stop()
             return real_probe(label)
 
         monkeypatch.setattr(sweep_module, "run_probe", probe)
@@ -151,7 +167,7 @@ def test_disturbed_cells_are_measured_again_and_the_least_disturbed_row_is_kept(
 
 @pytest.mark.e2e
 def test_a_cell_still_disturbed_after_remeasure_attempts_keeps_disturbed(tmp_path):
-    with busy_process():
+    with busy_process(every_cpu()):
         kept = run_environment(params(tmp_path, models=["bert-base-cased"], sequence_lengths=[8], remeasure=2), progress=False)
     every = read_results(tmp_path / "cpu-pytorch", every_attempt=True)
     assert every.attempt.tolist() == [1, 2, 3] and every.disturbed.all()
