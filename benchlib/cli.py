@@ -18,7 +18,7 @@ from benchlib.config.jobs import DEFAULT_ENVIRONMENTS, DEFAULT_GRID, default_run
 from benchlib.config.params import ParameterError
 from benchlib.launch.estimate import Remaining, estimate_run, max_run_minutes
 from benchlib.launch.execution import DEFAULT_MAX_RESTARTS
-from benchlib.launch.local import format_duration, measure_machine_limits, needs_machine_limits, run_jobs
+from benchlib.launch.local import format_duration, measure_machine_limits, needs_machine_limits, report_energy_counters, run_jobs
 from benchlib.launch.signals import stoppable
 from benchlib.paths import PROJECT_ROOT
 from benchlib.store.cache import CACHE_VARIABLE, cache_root
@@ -192,6 +192,7 @@ def command_run(args: argparse.Namespace) -> int:
     else:
         if limits:
             measure_machine_limits(jobs, report=lambda line: print(line, flush=True))
+        report_energy_counters(jobs, report=lambda line: print(line, flush=True))
         outcomes = run_jobs(
             jobs, progress=not args.quiet, report=lambda line: print(line, flush=True), max_restarts=args.max_restarts, force=args.force,
             remaining=Remaining(cost) if cost.jobs else None,

@@ -277,6 +277,10 @@ class Backend(Protocol):
     def sync(self, output: Any) -> None:
         """Wait for the device to finish the work that produced `output`."""
 
+    def device_busy_s(self, call: Callable[[], Any]) -> float | None:
+        """On a GPU: the seconds the device ran kernels during one `call`, from the framework's profiler (None where this
+        backend cannot profile its device, or it is the CPU)."""
+
     def free(self) -> None:
         """Release cached memory (after an out-of-memory error or a finished model)."""
 
@@ -336,6 +340,9 @@ class UnavailableBackend:
 
     def sync(self, output: Any) -> None:
         """Nothing runs."""
+
+    def device_busy_s(self, call: Callable[[], Any]) -> float | None:
+        return None
 
     def free(self) -> None:
         """Nothing is held."""

@@ -142,6 +142,9 @@ class ExportedBackend:
     def sync(self, output: Any) -> None:
         """Calls return when their work is done."""
 
+    def device_busy_s(self, call: Callable[[], Any]) -> float | None:
+        return None  # not profiled: its runtime's kernels are not timed here
+
     def free(self) -> None:
         gc.collect()
 

@@ -15,7 +15,7 @@ import importlib
 import os
 import re
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -362,6 +362,24 @@ class PyTorchBackend:
         if self.on_gpu:
             torch.cuda.synchronize(self._device)
 
+    def device_busy_s(self, call: Callable[[], Any]) -> float | None:
+        """On a GPU, the kernels' time in one profiled `call` (`kernel_seconds`), garbage collection off as in the
+        samples; None on the CPU."""
+        if not self.on_gpu:
+            return None
+        from torch.profiler import ProfilerActivity, profile
+
+        self.sync(None)
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            with profile(activities=[ProfilerActivity.CUDA]) as profiled:
+                self.sync(call())
+        finally:
+            if collecting:
+                gc.enable()
+        return kernel_seconds(profiled.events())
+
     def free(self) -> None:
         self._served = None
         gc.collect()
@@ -379,6 +397,16 @@ class PyTorchBackend:
 
     def versions(self) -> dict[str, str]:
         return {"torch": torch.__version__, "cuda": str(torch.version.cuda), "cudnn": str(torch.backends.cudnn.version())}
+
+
+def kernel_seconds(events: Iterable[Any]) -> float:
+    """The seconds a GPU ran kernels, from a profile's events (`torch.profiler.profile(...).events()`): the self device
+    time of every event that ran on the GPU (kernels, memory copies and sets), in microseconds in the profile."""
+    busy_us = sum(
+        getattr(event, "self_device_time_total", None) or getattr(event, "self_cuda_time_total", 0)
+        for event in events if str(getattr(event, "device_type", "")).endswith("CUDA")
+    )  # fmt: skip
+    return busy_us / 1e6
 
 
 def thread_settings() -> dict[str, Any]:

@@ -204,6 +204,9 @@ class TensorFlowBackend:
         if self.on_gpu:
             tf.test.experimental.sync_devices()  # waits for the GPU without copying the output to the host
 
+    def device_busy_s(self, call: Callable[[], Any]) -> float | None:
+        return None  # not profiled: its runtime's kernels are not timed here
+
     def free(self) -> None:
         tf.keras.backend.clear_session()
         gc.collect()

@@ -17,6 +17,7 @@ from benchlib.launch.estimate import Remaining
 from benchlib.launch.execution import DEFAULT_MAX_RESTARTS, EnvironmentOutcome, run_job
 from benchlib.launch.notebook import describe_failure, execute_notebook
 from benchlib.launch.tune import Tune
+from benchlib.measure.device_state import ENERGY_SOURCES, make_monitor
 from benchlib.paths import BENCHMARK_NOTEBOOK, LIMITS_NOTEBOOK
 from benchlib.store.disk import raise_if_disk_full
 from benchlib.store.layout import KERNEL_LOG, TUNE_DIR, TUNE_TABLE, limits_notebook, results_path
@@ -92,6 +93,14 @@ def measure_machine_limits(jobs: Sequence[EnvironmentJob], notebook: Path = LIMI
             f"machine limits ({device}): float32 peak {limits.get('float32_flops_per_s', 0) / 1e9:.0f} GFLOP/s, "
             f"bandwidth {limits.get('bandwidth_bytes_per_s', 0) / 1e9:.1f} GB/s, in {format_duration(time.perf_counter() - start)}"
         )
+
+
+def report_energy_counters(jobs: Sequence[EnvironmentJob], report: Callable[[str], None] = print) -> None:
+    """Once per device of the run: the counter its energy per inference is read from (NVML's, RAPL's), or that there is
+    none on this machine, and why (the energy columns are then empty)."""
+    for device in dict.fromkeys(job.params.device for job in jobs):
+        monitor = make_monitor(device)
+        report(f"energy ({device}): {ENERGY_SOURCES[monitor.source]}" if monitor.source else f"energy ({device}): {monitor.reason}")
 
 
 def format_duration(seconds: float) -> str:

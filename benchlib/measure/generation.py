@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from benchlib.backends._generate import Generator
+from benchlib.measure.device_state import DeviceMonitor, DeviceState
 from benchlib.measure.interference import Interference, InterferenceMeter
 from benchlib.measure.timing import Clock, Measurement, Sync, TimingSpec, no_sync, sampled
 
@@ -44,6 +45,9 @@ class GenerationMeasurement:
     stop_reason: str = ""
     warmup_calls: int = 0
     interference: Interference | None = None
+    warmup_s: float | None = None
+    warmup_stop: str = ""
+    device: DeviceState | None = None  # the device over the samples: energy per token in the row
     peak_memory_bytes: int | None = None
     token_agreement: float | None = None
     first_divergence: int | None = None
@@ -53,9 +57,15 @@ class GenerationMeasurement:
         whole = Measurement(
             samples_s=self.calls_s, number=1, first_call_s=self.first_call_s, stop_reason=self.stop_reason,
             peak_memory_bytes=self.peak_memory_bytes, prepare_s=self.prepare_s, warmup_calls=self.warmup_calls,
-            interference=self.interference,
+            interference=self.interference, warmup_s=self.warmup_s, warmup_stop=self.warmup_stop,
         )  # fmt: skip
         object.__setattr__(self, "timing", whole)
+
+    @property
+    def tokens_generated(self) -> int:
+        """The tokens the samples generated (with "two calls", each sample's one-token call too)."""
+        per_sample = self.new_tokens + (1 if self.token_clock == TWO_CALLS else 0)
+        return len(self.calls_s) * self.batch_size * per_sample
 
     def row_fields(self) -> dict[str, Any]:
         """The columns of a results row: the whole call's timing columns (as a forward cell's), and generation's own."""
@@ -70,6 +80,7 @@ class GenerationMeasurement:
             "tpot_samples_s": json.dumps([float(np.median(sample)) for sample in self.steps_s if sample]),
             "tokens_per_s": self.batch_size * self.new_tokens / generate_s, "token_clock": self.token_clock,
             "token_agreement": _blank(self.token_agreement), "first_divergence": _blank(self.first_divergence),
+            **(self.device.row_fields(self.tokens_generated, "token") if self.device is not None else {}),
         }  # fmt: skip
 
 
@@ -105,6 +116,7 @@ def one_sample(generator: Generator, new_tokens: int, sync: Sync = no_sync, cloc
 def measure_generation(
     generator: Generator, new_tokens: int, batch_size: int, spec: TimingSpec, sync: Sync = no_sync, clock: Clock = time.perf_counter,
     meter: InterferenceMeter | None = None, first_call_s: float | None = None, prepare_s: float | None = None,
+    monitor: DeviceMonitor | None = None,
 ) -> GenerationMeasurement:  # fmt: skip
     """Time generation as the forward workload times its call (`timing.sampled`): warm-up until the whole call is stable,
     then `spec.repeat` samples (or until the mean of the whole call is known well enough), one sample per call
@@ -120,9 +132,10 @@ def measure_generation(
         collected.steps_s.append(steps)
         return whole
 
-    samples, reason, warmup_calls, interference = sampled(take, warm_call, spec, sync, clock, meter)
+    taken = sampled(take, warm_call, spec, sync, clock, meter, monitor)
     return GenerationMeasurement(
-        calls_s=tuple(samples), ttft_s=tuple(collected.ttft_s), steps_s=tuple(collected.steps_s), batch_size=batch_size,
+        calls_s=tuple(taken.samples), ttft_s=tuple(collected.ttft_s), steps_s=tuple(collected.steps_s), batch_size=batch_size,
         new_tokens=new_tokens, token_clock=EACH_STEP if generator.clock is not None else TWO_CALLS, first_call_s=first_call_s,
-        prepare_s=prepare_s, stop_reason=reason, warmup_calls=warmup_calls, interference=interference,
+        prepare_s=prepare_s, stop_reason=taken.reason, warmup_calls=taken.warmup_calls, interference=taken.interference,
+        warmup_s=taken.warmup_s, warmup_stop=taken.warmup_stop, device=taken.device,
     )  # fmt: skip

@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchlib.measure.device_state import DeviceState
+
 METHOD = "other processes' CPU time (/proc/stat busy, steal included, minus this process's) over CPU capacity, during warm-up and samples"
 PROC_STAT = Path("/proc/stat")
 PROC_SELF_STAT = Path("/proc/self/stat")
@@ -35,16 +37,19 @@ _STEAL_FIELD = 7
 
 @dataclass(frozen=True)
 class Interference:
-    """Other processes' share of the machine's CPU capacity over one interval."""
+    """Other processes' share of the machine's CPU capacity over one interval, and where a LoadGen test was read by a
+    `DeviceMonitor`, the device's state over it."""
 
     fraction: float  # 0 to 1
     resolution: float  # one clock tick as a fraction of the interval's capacity
     window_s: float
     steal: float = 0.0  # the hypervisor's share (other work on the host), part of `fraction`
+    device: DeviceState | None = None
 
     def disturbed(self, max_interference: float) -> bool:
-        """Whether other processes used more than `max_interference` of the machine, beyond the meter's resolution."""
-        return self.fraction > max_interference + self.resolution
+        """Whether other processes used more than `max_interference` of the machine, beyond the meter's resolution, or
+        the device could not hold its sustained clock (`DeviceState.slowed`)."""
+        return self.fraction > max_interference + self.resolution or bool(self.device is not None and self.device.slowed())
 
 
 def _cpus() -> set[int] | None:

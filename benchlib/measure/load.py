@@ -19,6 +19,7 @@ PyTorch float32's (its output, or its generated tokens), as a cell is, and repor
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import shutil
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from benchlib import status
+from benchlib.measure.device_state import DeviceMonitor
 from benchlib.measure.interference import Interference, InterferenceMeter
 from benchlib.scenarios.loadgen import (
     TPOT_PERCENTILES, TTFT_PERCENTILES, LoadReport, LoadSettings, early_stopping_minimum, early_stopping_queries, run_loadgen,
@@ -168,6 +170,7 @@ def report_columns(report: LoadReport, env_dir: Path) -> Columns:
         "samples_per_s": samples_per_s if samples_per_s is not None else "",
         **{f"latency_{p}_s": report.latency_s(p) for p in ("p50", "p90", "p99")},
         "latency_percentile": report.percentile or "", "loadgen_log": str(report.folder.relative_to(env_dir)), **tokens,
+        **(report.serving.row_fields() if report.serving is not None else {}),
     }  # fmt: skip
 
 
@@ -239,10 +242,12 @@ class ScenarioRun:
 
     def __init__(
         self, backend: Backend, model: Any, spec: ModelSpec, params: BenchmarkParams, env_dir: Path, meter: InterferenceMeter | None,
-        accuracy_rows: Sequence[np.ndarray] = (),
+        accuracy_rows: Sequence[np.ndarray] = (), monitor: DeviceMonitor | None = None,
     ) -> None:  # fmt: skip
-        """`accuracy_rows`: the user's examples, whose shapes the streams are prepared for too (LoadGen's accuracy mode)."""
+        """`accuracy_rows`: the user's examples, whose shapes the streams are prepared for too (LoadGen's accuracy mode);
+        `monitor`: the device, read over each test (its state goes with the test's interference)."""
         self.params, self.env_dir, self.meter, self.spec, self.backend = params, env_dir, meter, spec, backend
+        self.monitor = monitor
         self.samples, self.inputs_kind = load_samples(spec, params)
         self.generating = params.workload == "generate"
         if self.generating:
@@ -276,8 +281,11 @@ class ScenarioRun:
         while True:
             if self.meter is not None:
                 self.meter.start()
-            report = run_loadgen(settings, self.samples, self.calls, self.params.max_batch, self.batch_timeout_s(settings.scenario), folder())
+            with self.monitor.polling() if self.monitor is not None else contextlib.nullcontext():
+                report = run_loadgen(settings, self.samples, self.calls, self.params.max_batch, self.batch_timeout_s(settings.scenario), folder())
             interference = self.meter.stop() if self.meter is not None else None
+            if interference is not None and self.monitor is not None:
+                interference = dataclasses.replace(interference, device=self.monitor.end())
             advised = followed_advice(report, settings) if runs <= RERUNS else None
             if advised is None:
                 return report, interference, runs
@@ -331,7 +339,8 @@ def measure_scenario(
             emit(dataclasses.replace(report, folder=kept), interference, number, "", reason)
 
         report, interference, runs = run.test(run.settings(scenario), lambda: run.folder(scenario, attempt), moved)
-        return status.OK, invalid_reason(report, runs), {**report_columns(report, run.env_dir), "inputs": run.inputs_kind, **run.agreement}, interference
+        columns = {**report_columns(report, run.env_dir), "inputs": run.inputs_kind, **run.agreement, **device_columns(report, interference)}
+        return status.OK, invalid_reason(report, runs), columns, interference
     trials: dict[float, tuple[LoadReport, Interference | None]] = {}
 
     def valid_at(rate: float) -> bool:
@@ -355,10 +364,11 @@ def measure_scenario(
     if search.max_qps is None:
         report, interference = trials[min(trials)]
         reason = f"no rate tried met {run.bounds()} at the {report.percentile}th percentile (the lowest: {min(trials):.4g}/s)"
-        return status.OK, reason, {**report_columns(report, run.env_dir), **columns, "valid": False}, interference
+        return status.OK, reason, {**report_columns(report, run.env_dir), **columns, "valid": False, **device_columns(report, interference)}, interference
     report, interference = trials[search.max_qps]
     reason = "" if search.above is not None else f"every rate tried met {run.bounds()} (max_trials {p.max_trials}): max_qps is a lower bound"
-    return status.OK, reason, {**report_columns(report, run.env_dir), **columns, "target_qps": search.max_qps}, interference
+    device = device_columns(report, interference)
+    return status.OK, reason, {**report_columns(report, run.env_dir), **columns, "target_qps": search.max_qps, **device}, interference
 
 
 def interference_columns(interference: Interference | None, max_interference: float) -> Columns:
@@ -369,7 +379,16 @@ def interference_columns(interference: Interference | None, max_interference: fl
     return {"interference": fraction, "steal": steal, "disturbed": interference.disturbed(max_interference)}
 
 
+def device_columns(report: LoadReport, interference: Interference | None) -> Columns:
+    """A test's device columns (`DeviceState.row_fields`: its energy per served sample) where the device was read."""
+    device = interference.device if interference is not None else None
+    return device.row_fields(report.served, "sample") if device is not None else {}
+
+
 def trial_columns(report: LoadReport, env_dir: Path, number: int, rate: float | str, interference: Interference | None, max_interference: float) -> Columns:
     """A trial's row: the rate asked for (a server trial's; blank for a test run again on LoadGen's advice), LoadGen's
-    figures, and the interference while it ran."""
-    return {**report_columns(report, env_dir), "trial": number, "target_qps": rate, **interference_columns(interference, max_interference)}
+    figures, the interference while it ran and the device's state."""
+    return {
+        **report_columns(report, env_dir), "trial": number, "target_qps": rate, **interference_columns(interference, max_interference),
+        **device_columns(report, interference),
+    }  # fmt: skip

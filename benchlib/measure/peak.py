@@ -4,8 +4,8 @@ Measured once per run and device and kept as `<run_dir>/machine_limits.json`, wi
 was measured, so that a cell's achieved FLOP/s can be set against the machine's own roofs (a
 roofline, Williams et al., 2009) rather than against a datasheet.
 
-- Peak FLOP/s: `torch.mm` of two square matrices (float32, and bfloat16 where the device has it),
-  2·n³ floating-point operations per call.
+- Peak FLOP/s: `torch.mm` of two square matrices (float32, bfloat16 where the device has it, and float16 on a GPU,
+  whose tensor cores run it far above float32), 2·n³ floating-point operations per call.
 - Bandwidth: `torch.Tensor.copy_` between two large float32 tensors, STREAM's Copy: bytes moved =
   read + write.
 
@@ -63,6 +63,13 @@ def bfloat16_reason(device: str = "cpu", cpuinfo: Path | None = None) -> str | N
 
         return None if torch.cuda.is_bf16_supported() else f"{device} has no bfloat16 support (torch.cuda.is_bf16_supported() is False)"
     return bfloat16_cpu_reason(cpu_flags(cpuinfo))
+
+
+def float16_reason(device: str = "cpu") -> str | None:
+    """Why float16 is not measured on `device`: None on a GPU, a reason on the CPU (where the kit never runs float16)."""
+    if device.startswith("cuda"):
+        return None
+    return "not measured on the CPU: the kit runs float16 on GPUs only (a CPU environment in float16 is unsupported; bfloat16 is the CPU's)"
 
 
 def last_level_cache_bytes(caches: Path | None = None) -> int | None:
@@ -172,8 +179,8 @@ def copy_bandwidth(nbytes: int, device: str = "cpu", repeat: int = REPEAT) -> tu
     return 2 * source.numel() * 4 / measurement.median_s, list(measurement.samples_s)
 
 
-def _figures(n: int, nbytes: int, device: str, repeat: int, bfloat16: bool) -> dict[str, Any]:
-    """One measurement of the three figures, with the share of the machine other processes used meanwhile."""
+def _figures(n: int, nbytes: int, device: str, repeat: int, bfloat16: bool, float16: bool) -> dict[str, Any]:
+    """One measurement of the figures, with the share of the machine other processes used meanwhile."""
     import torch
 
     meter = make_meter()
@@ -181,11 +188,12 @@ def _figures(n: int, nbytes: int, device: str, repeat: int, bfloat16: bool) -> d
         meter.start()
     float32, float32_samples, float32_paths = best_gemm_rate(n, torch.float32, device, repeat)
     bf16, bf16_samples, bf16_paths = best_gemm_rate(n, torch.bfloat16, device, repeat) if bfloat16 else (None, [], {})
+    fp16, fp16_samples, fp16_paths = best_gemm_rate(n, torch.float16, device, repeat) if float16 else (None, [], {})
     bandwidth, copy_samples = copy_bandwidth(nbytes, device, COPY_REPEAT_FACTOR * repeat)
     return {
-        "float32_flops_per_s": float32, "bfloat16_flops_per_s": bf16, "bandwidth_bytes_per_s": bandwidth,
-        "samples_s": {"float32_gemm": float32_samples, "bfloat16_gemm": bf16_samples, "copy": copy_samples},
-        "gemm_paths": {"float32": float32_paths, "bfloat16": bf16_paths},
+        "float32_flops_per_s": float32, "bfloat16_flops_per_s": bf16, "float16_flops_per_s": fp16, "bandwidth_bytes_per_s": bandwidth,
+        "samples_s": {"float32_gemm": float32_samples, "bfloat16_gemm": bf16_samples, "float16_gemm": fp16_samples, "copy": copy_samples},
+        "gemm_paths": {"float32": float32_paths, "bfloat16": bf16_paths, "float16": fp16_paths},
         "interference": meter.stop() if meter is not None else None,
     }  # fmt: skip
 
@@ -194,7 +202,7 @@ def measure_limits(
     device: str = "cpu", num_threads: int | str | None = None, gemm_size: int | None = None,
     copy_bytes: int | None = None, repeat: int = REPEAT, remeasure: int = REMEASURE,
 ) -> dict[str, Any]:  # fmt: skip
-    """Measure the peak matrix-multiply rate (float32, bfloat16 where native) and the memory bandwidth of `device`.
+    """Measure the peak matrix-multiply rate (float32, bfloat16 where native, float16 on a GPU) and the memory bandwidth of `device`.
 
     `num_threads`: as the environments' (an int, "cores" or None for torch's default); torch's thread
     count is set for the measurement and restored after. `gemm_size`, `copy_bytes`: None for the
@@ -208,7 +216,7 @@ def measure_limits(
     kind = "cuda" if device.startswith("cuda") else "cpu"
     n = gemm_size or GEMM_SIZE[kind]
     nbytes = copy_bytes or default_copy_bytes(device)
-    reason = bfloat16_reason(device)
+    reason, fp16_reason = bfloat16_reason(device), float16_reason(device)
     threads = resolve_threads(num_threads)
     previous = torch.get_num_threads()
     began = perf_counter()
@@ -218,7 +226,7 @@ def measure_limits(
             torch.set_num_threads(threads)
         in_effect = torch.get_num_threads()
         for attempt in range(1, remeasure + 2):
-            figures = _figures(n, nbytes, device, repeat, bfloat16=reason is None)
+            figures = _figures(n, nbytes, device, repeat, bfloat16=reason is None, float16=fp16_reason is None)
             interference = figures["interference"]
             if kept is None or (interference is not None and interference.fraction < kept["interference"].fraction):
                 kept = figures
@@ -251,6 +259,8 @@ def measure_limits(
         "float32_flops_per_s": kept["float32_flops_per_s"],
         "bfloat16_flops_per_s": kept["bfloat16_flops_per_s"],
         "bfloat16_reason": reason,
+        "float16_flops_per_s": kept["float16_flops_per_s"],
+        "float16_reason": fp16_reason,
         "bandwidth_bytes_per_s": kept["bandwidth_bytes_per_s"],
         "gemm_paths": kept["gemm_paths"],
         "gemm_size": n,
@@ -258,6 +268,9 @@ def measure_limits(
         "method": {
             "float32_flops_per_s": f"{gemm} (float32 matmul precision: {torch.get_float32_matmul_precision()})",
             "bfloat16_flops_per_s": f"{gemm} in bfloat16" if reason is None else f"not measured: {reason}",
+            "float16_flops_per_s": fp16_reason or (
+                f"{gemm} in float16 (reduced-precision reductions allowed: {torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction})"
+            ),
             "bandwidth_bytes_per_s": (
                 f"target.copy_(source), two float32 tensors of {nbytes} bytes each {where}; bytes moved = read + write = "
                 f"2 x {nbytes} per copy (STREAM's Copy; write-allocate traffic not counted). torch rather than numpy: "
@@ -274,12 +287,14 @@ def measure_limits(
 
 
 def limits_table(limits: dict[str, Any]) -> pd.DataFrame:
-    """One row per figure (value, unit, how it was measured), with the ridge point float32 FLOP per byte."""
+    """One row per figure (value, unit, how it was measured), with the ridge point float32 FLOP per byte; a peak not
+    measured is blank (float16 on a CPU, or in a file from before it was measured)."""
     float32, bfloat16, bandwidth = limits["float32_flops_per_s"], limits["bfloat16_flops_per_s"], limits["bandwidth_bytes_per_s"]
-    method = limits["method"]
+    float16, method = limits.get("float16_flops_per_s"), limits["method"]
     rows = [
         ("peak float32 matrix multiply", float32 / 1e9, "GFLOP/s", method["float32_flops_per_s"]),
         ("peak bfloat16 matrix multiply", None if bfloat16 is None else bfloat16 / 1e9, "GFLOP/s", method["bfloat16_flops_per_s"]),
+        ("peak float16 matrix multiply", None if float16 is None else float16 / 1e9, "GFLOP/s", method.get("float16_flops_per_s", "not measured")),
         ("memory bandwidth", bandwidth / 1e9, "GB/s", method["bandwidth_bytes_per_s"]),
         ("ridge point (float32 peak / bandwidth)", float32 / bandwidth, "FLOP/byte", "derived"),
     ]
@@ -306,6 +321,8 @@ def describe_limits(limits: dict[str, Any]) -> list[str]:
         sentences.append(f"bfloat16 matrix multiply: not measured ({limits['bfloat16_reason']}).")
     else:
         sentences.append(f"Peak bfloat16 matrix multiply: {bfloat16 / 1e9:.1f} GFLOP/s, {bfloat16 / float32:.2f} x float32.")
+    if (float16 := limits.get("float16_flops_per_s")) is not None:
+        sentences.append(f"Peak float16 matrix multiply: {float16 / 1e9:.1f} GFLOP/s, {float16 / float32:.2f} x float32.")
     sentences.append(
         f"Memory bandwidth: {bandwidth / 1e9:.1f} GB/s (copy of {limits['copy_bytes'] / MIB:.0f} MiB, read + write counted)."
     )

@@ -22,6 +22,7 @@ from benchlib.config.models import checkpoint_digest, has_tokenizer
 from benchlib.config.params import CELL, BenchmarkParams, validate_params
 from benchlib.machine import usable_cores
 from benchlib.measure.flops import analytic_flops, has_formula
+from benchlib.measure.device_state import DeviceMonitor, make_monitor
 from benchlib.measure.generation import GenerationMeasurement, measure_generation
 from benchlib.measure.interference import METHOD as INTERFERENCE_METHOD
 from benchlib.measure.interference import InterferenceMeter, make_meter
@@ -62,7 +63,7 @@ def timing_spec(params: BenchmarkParams) -> TimingSpec:
 
 def measure_cell(
     backend: Backend, model: Any, spec: ModelSpec, params: BenchmarkParams, batch_size: int, sequence_length: int,
-    meter: InterferenceMeter | None = None,
+    meter: InterferenceMeter | None = None, monitor: DeviceMonitor | None = None,
 ) -> tuple[str, Measurement | GenerationMeasurement | None, str, dict[str, Any]]:  # fmt: skip
     """Time one cell of the run's workload on a built model: (status, measurement or None, reason, the row's input and
     agreement columns). A forward cell whose output is beyond the precision's tolerance is an `error`; generated tokens
@@ -72,7 +73,7 @@ def measure_cell(
     try:
         with backend.inference_context(), peak:
             ids = cell_inputs(spec, params.model_scale, params.inputs, params.text_file, batch_size, sequence_length, params.seed)
-            measurement, (state, reason), columns = timed(backend, model, spec, params, backend.as_inputs(ids.ids), meter)
+            measurement, (state, reason), columns = timed(backend, model, spec, params, backend.as_inputs(ids.ids), meter, monitor)
         measurement = dataclasses.replace(measurement, peak_memory_bytes=peak.bytes)
     except Exception as exc:  # any failure ends this cell only
         raise_if_interrupted(exc)
@@ -81,21 +82,38 @@ def measure_cell(
 
 
 def _forward_cell(
-    backend: Backend, model: Any, spec: ModelSpec, params: BenchmarkParams, inputs: Any, meter: InterferenceMeter | None
-) -> tuple[Measurement, tuple[str, str], dict[str, Any]]:
-    """One forward pass timed, and its output compared: (measurement, (status, reason), agreement columns)."""
+    backend: Backend, model: Any, spec: ModelSpec, params: BenchmarkParams, inputs: Any, meter: InterferenceMeter | None,
+    monitor: DeviceMonitor | None = None,
+) -> tuple[Measurement, tuple[str, str], dict[str, Any]]:  # fmt: skip
+    """One forward pass timed, and its output compared: (measurement, (status, reason), agreement columns, and on a GPU
+    the busy share of one profiled call after the samples: `launch_busy_columns`)."""
     call, prepare_s, first_call_s = prepare_and_call_once(lambda: forward.prepare_call(backend, model, inputs), backend.sync)
-    measurement = measure(call, timing_spec(params), backend.sync, first_call_s=first_call_s, prepare_s=prepare_s, meter=meter)
+    measurement = measure(call, timing_spec(params), backend.sync, first_call_s=first_call_s, prepare_s=prepare_s, meter=meter, monitor=monitor)
+    busy = launch_busy_columns(backend.device_busy_s(call), measurement.median_s)
     compared = forward.compare(backend, model, inputs, call(), spec.task)
     if compared is None:
-        return measurement, (status.OK, ""), {}
-    columns = {"agreement_metric": compared.metric, "agreement": compared.value}
+        return measurement, (status.OK, ""), busy
+    columns = {"agreement_metric": compared.metric, "agreement": compared.value, **busy}
     return dataclasses.replace(measurement, max_abs_diff=compared.max_abs_diff), within_tolerance(compared, params.precision), columns
 
 
+LAUNCH_BOUND_BELOW = 0.5  # a GPU busy less than half of a call waits for the Python that launches its kernels
+
+
+def launch_busy_columns(busy_s: float | None, call_s: float) -> dict[str, Any]:
+    """The GPU's busy time in one call (the sum of its kernels' times, profiled), its share of the call's time
+    (`gpu_busy`, at most 1) and whether the cell is launch-bound (busy less than LAUNCH_BOUND_BELOW of the call); none
+    where the backend cannot profile its device (a CPU)."""
+    if busy_s is None or call_s <= 0:
+        return {}
+    share = min(busy_s / call_s, 1.0)  # kernels on several streams can overlap past the wall time
+    return {"gpu_busy_s": busy_s, "gpu_busy": share, "launch_bound": share < LAUNCH_BOUND_BELOW}
+
+
 def _generate_cell(
-    backend: Backend, model: Any, spec: ModelSpec, params: BenchmarkParams, inputs: Any, meter: InterferenceMeter | None
-) -> tuple[GenerationMeasurement, tuple[str, str], dict[str, Any]]:
+    backend: Backend, model: Any, spec: ModelSpec, params: BenchmarkParams, inputs: Any, meter: InterferenceMeter | None,
+    monitor: DeviceMonitor | None = None,
+) -> tuple[GenerationMeasurement, tuple[str, str], dict[str, Any]]:  # fmt: skip
     """Generation from the prompt `inputs` timed, and its first call's tokens compared: (measurement, (status, reason), {})."""
     start = time.perf_counter()
     generator = generate.prepare_generator(backend, model, inputs)
@@ -109,7 +127,7 @@ def _generate_cell(
     batch_size = int(ids.shape[0])
     measurement = measure_generation(
         generator, params.new_tokens, batch_size, timing_spec(params), backend.sync, meter=meter, first_call_s=first_call_s,
-        prepare_s=prepared - start,
+        prepare_s=prepared - start, monitor=monitor,
     )  # fmt: skip
     compared = generate.compare_tokens(backend, model, inputs, ids)
     if compared is not None:
@@ -125,6 +143,7 @@ ScoredQuality = Callable[[str, Callable[[], tuple[dict[str, Any], Prepared | Non
 def measure_load_cell(
     backend: Backend, model: Any, spec: ModelSpec, params: BenchmarkParams, scenario: str, serving: dict[str, Any],
     env_dir: Path, meter: InterferenceMeter | None, attempt: int, emit_trial: Callable[[dict[str, Any]], None], first_trial: int = 1,
+    monitor: DeviceMonitor | None = None,
 ) -> tuple[str, None, str, dict[str, Any]]:  # fmt: skip
     """One model under one load scenario (`measure.load`): (status, None, reason, the row's columns). The streams' calls
     are prepared at the model's first scenario and kept in `serving` for its others (a failure to prepare them too). A
@@ -134,7 +153,7 @@ def measure_load_cell(
             start = time.perf_counter()
             accuracy_rows = serving["quality"].rows if serving.get("quality") is not None else ()
             with backend.inference_context():
-                serving["run"] = ScenarioRun(backend, model, spec, params, env_dir, meter, accuracy_rows)
+                serving["run"] = ScenarioRun(backend, model, spec, params, env_dir, meter, accuracy_rows, monitor)
             serving["prepare_s"] = time.perf_counter() - start
         if "failure" in serving:
             return serving["failure"]
@@ -220,7 +239,7 @@ def failure(exc: Exception, params: BenchmarkParams, peak_resident: int | None =
 def sweep_model(
     backend: Backend, spec: ModelSpec, params: BenchmarkParams, shapes: list[tuple[int, int, str]],
     emit: Callable[..., None], begin: Callable[[Cell], None], meter: InterferenceMeter | None = None, unsupported: str | None = None,
-    under_load: UnderLoad | None = None, scored_quality: ScoredQuality = lambda model, score: score(),
+    under_load: UnderLoad | None = None, scored_quality: ScoredQuality = lambda model, score: score(), monitor: DeviceMonitor | None = None,
 ) -> None:  # fmt: skip
     """Measure `shapes` (batch size, sequence length, scenario) of one model, building it once and only if a shape needs
     it; with `unsupported` (`model_unsupported`'s reason) every cell that fits is `unsupported`. A load scenario's cell is
@@ -256,7 +275,7 @@ def sweep_model(
                 emit(cell, build_failure[0], reason=build_failure[1])
                 continue
             if scenario == CELL:
-                state, measurement, reason, columns = measure_cell(backend, model, spec, params, batch_size, sequence_length, meter)
+                state, measurement, reason, columns = measure_cell(backend, model, spec, params, batch_size, sequence_length, meter, monitor)
             else:
                 assert under_load is not None, "a load scenario's cell needs `under_load`"
                 state, measurement, reason, columns = under_load(cell, model, spec, serving)
@@ -381,9 +400,10 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
         params.framework, params.mode, params.device, stream_threads(params), params.num_interop_threads,
         precision=params.precision, options=params.options, seed=params.seed, workload=params.workload,
     )  # fmt: skip
-    meter = make_meter()
+    meter, monitor = make_meter(), make_monitor(params.device)
     description = describe_environment(params.model_dump(), backend.settings(), backend.versions(), versions_of(params.framework))
     description["interference"] = {"measured": meter is not None, "max_interference": params.max_interference, "method": INTERFERENCE_METHOD}
+    description["device_state"] = monitor.describe()
     description["probe_workload"] = PROBE_WORKLOAD
     probes = earlier_probes(output_dir) if resuming else []
     environment = {key: getattr(params, key) for key in ("environment", "framework", "mode", "precision", "device", "model_scale")}
@@ -431,12 +451,15 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
                 bar.set_postfix_str(f"{label(cell)} trial {columns['trial']}{rate}: {'VALID' if columns['valid'] else 'INVALID'}")
 
             return measure_load_cell(
-                backend, model, spec, params, cell[3], serving, output_dir, meter, now["attempt"], emit_trial, next_trial(results, row_of(cell))
+                backend, model, spec, params, cell[3], serving, output_dir, meter, now["attempt"], emit_trial, next_trial(results, row_of(cell)),
+                monitor,
             )  # fmt: skip
 
         def emit(cell: Cell, state: str, measurement: Measurement | GenerationMeasurement | None = None, reason: str = "", **build: Any) -> None:
             interference = measurement.interference if measurement else None
             disturbed = interference.disturbed(params.max_interference) if interference else ""
+            if measurement is not None and measurement.device is not None and measurement.device.slowed():
+                disturbed = True  # a GPU below its sustained clock, or throttled: measured again, like interference
             spec = params.model_spec(cell[0])
             forward_pass = measurement and params.workload == "forward" and has_formula(spec)  # generation's FLOPs are not counted
             flops = analytic_flops(spec, params.model_scale, cell[1], cell[2]) if forward_pass else ""
@@ -462,7 +485,7 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
                 if not unsupported[name] and (first := first_to_build(spec, params, shapes)) is not None:
                     begin(first, probing=True)
                 now["probe_s"] = probe(f"before {name}{why}")
-                sweep_model(backend, spec, params, shapes, emit, begin, meter, unsupported[name], under_load, scored_quality)
+                sweep_model(backend, spec, params, shapes, emit, begin, meter, unsupported[name], under_load, scored_quality, monitor)
 
         try:
             sweep(todo, "")

@@ -1,4 +1,5 @@
-"""Framework-neutral timing: preparation and a first call, warm-up until stable, then samples of `number` calls each.
+"""Framework-neutral timing: preparation and a first call, warm-up until stable (on a GPU, until its clock is at its
+sustained value too), then samples of `number` calls each, with the device's state read between them.
 
 Modelled on `torch.utils.benchmark`: a frozen `TimingSpec` says what is timed, a
 `Measurement` keeps the raw per-call sample times and derives statistics from them.
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchlib.measure import stats
+from benchlib.measure.device_state import DeviceMonitor, DeviceState
 from benchlib.measure.interference import Interference, InterferenceMeter
 
 Clock = Callable[[], float]
@@ -35,6 +37,11 @@ STOP_REASONS: tuple[str, ...] = (FIXED, CONVERGED, TIME_BUDGET, MAX_SAMPLES)
 WARMUP_TOLERANCE = 0.05
 # A warm-up batch holds enough calls to last at least this long (one call when a call is longer).
 WARMUP_BATCH_SECONDS = 0.05
+# Why the warm-up stopped (the `warmup_stop` column).
+WARMUP_STABLE = "stable"  # the call's time (and a GPU's clock) settled
+WARMUP_TIME_LIMIT = "time limit"  # warmup_max_seconds spent first: the samples may include a settling device
+WARMUP_CALLS = "calls"  # warmup_max_seconds is 0: the `warmup` calls only
+WARMUP_NONE = "none"  # warmup is 0
 
 
 def no_sync(output: Any) -> None:
@@ -93,10 +100,15 @@ class Measurement:
     warmup_calls: int = 0
     interference: Interference | None = None
     max_abs_diff: float | None = None  # largest absolute difference from eager PyTorch float32's output
+    warmup_s: float | None = None
+    warmup_stop: str = ""
+    device: DeviceState | None = None  # the device over the samples (`measure.device_state`)
 
     def row_fields(self) -> dict[str, Any]:
-        """The columns of a results row that this measurement fills."""
+        """The columns of a results row that this measurement fills (the device's energy per call)."""
         return {
+            **(self.device.row_fields(self.calls, "call") if self.device is not None else {}),
+            "warmup_s": _number_or_blank(self.warmup_s), "warmup_stop": self.warmup_stop,
             "mean_s": self.mean_s, "median_s": self.median_s, "min_s": self.min_s, "std_s": self.std_s,
             "repeat": len(self.samples_s), "number": self.number, "first_call_s": self.first_call_s,
             "samples_s": json.dumps(list(self.samples_s)), "iqr_s": self.iqr_s,
@@ -166,31 +178,35 @@ def _sample(call: Callable[[], Any], number: int, sync: Sync, clock: Clock) -> t
     return (end - start) / number, end
 
 
-def warm_up(call: Callable[[], Any], spec: TimingSpec, sync: Sync = no_sync, clock: Clock = time.perf_counter) -> int:
-    """Untimed calls until the per-call time is stable; returns how many calls were made.
+def warm_up(
+    call: Callable[[], Any], spec: TimingSpec, sync: Sync = no_sync, clock: Clock = time.perf_counter, steady: Callable[[], bool] | None = None
+) -> tuple[int, float, str]:  # fmt: skip
+    """Untimed calls until the per-call time is stable: (how many calls were made, their seconds, why it stopped).
 
     First `spec.warmup` calls (none at all when it is 0). Then batches, each of enough calls to
     last `WARMUP_BATCH_SECONDS` at the latest per-call time, until the median call of one batch is
     within `WARMUP_TOLERANCE` of the median call of the batch before it (the first batch is compared
-    with the last of the `warmup` calls), or `spec.warmup_max_seconds` have been spent since the
+    with the last of the `warmup` calls) and `steady()` says the device runs at its sustained clock (a GPU idles at a
+    fraction of it and takes calls to climb), or `spec.warmup_max_seconds` have been spent since the
     warm-up began. This lets TorchScript's profiling executor, XLA and autotuning settle before
     samples are taken. Each call is timed on its own, so that the median ignores a stray slow call.
     """
     if spec.warmup == 0:
-        return 0
+        return 0, 0.0, WARMUP_NONE
     began = clock()
     latest = 0.0
     for _ in range(spec.warmup):
         latest = _sample(call, 1, sync, clock)[0]
-    calls = spec.warmup
+    calls, why = spec.warmup, WARMUP_CALLS if spec.warmup_max_seconds == 0 else WARMUP_TIME_LIMIT
     while clock() - began < spec.warmup_max_seconds:
         batch = max(1, math.ceil(WARMUP_BATCH_SECONDS / latest)) if latest > 0 else 1
         median = statistics.median(_sample(call, 1, sync, clock)[0] for _ in range(batch))
         calls += batch
-        if abs(median - latest) <= WARMUP_TOLERANCE * latest:
+        if abs(median - latest) <= WARMUP_TOLERANCE * latest and (steady is None or steady()):
+            why = WARMUP_STABLE
             break
         latest = median
-    return calls
+    return calls, clock() - began, why
 
 
 def stop_reason(running: stats.RunningMean, spec: TimingSpec, elapsed_s: float) -> str | None:
@@ -225,25 +241,48 @@ def take_samples(take: Callable[[], float], spec: TimingSpec, clock: Clock = tim
             return samples, reason
 
 
+@dataclass(frozen=True)
+class Sampled:
+    """What `sampled` took: the samples and why sampling stopped, the warm-up (calls, seconds, why it stopped), the
+    interference over warm-up and samples, and the device over the samples."""
+
+    samples: list[float]
+    reason: str
+    warmup_calls: int
+    warmup_s: float
+    warmup_stop: str
+    interference: Interference | None
+    device: DeviceState | None
+
+
 def sampled(
     take: Callable[[], float], warm_call: Callable[[], Any], spec: TimingSpec, sync: Sync = no_sync, clock: Clock = time.perf_counter,
-    meter: InterferenceMeter | None = None,
-) -> tuple[list[float], str, int, Interference | None]:  # fmt: skip
-    """The protocol every workload's cell is timed with: `meter` started, `warm_call` warmed up until stable (`warm_up`),
-    samples from `take` with garbage collection off (`take_samples`), `meter` read. Returns (samples, why sampling
-    stopped, warm-up calls, interference)."""
+    meter: InterferenceMeter | None = None, monitor: DeviceMonitor | None = None,
+) -> Sampled:  # fmt: skip
+    """The protocol every workload's cell is timed with: `meter` started, `warm_call` warmed up until stable (`warm_up`,
+    and until `monitor`'s device is at its sustained clock), `monitor` begun, samples from `take` with garbage collection
+    off (`take_samples`) and the device read after each, `monitor` ended, `meter` read."""
     if meter is not None:
         meter.start()
-    warmup_calls = warm_up(warm_call, spec, sync, clock)
+    warmup_calls, warmup_s, warmup_stop = warm_up(warm_call, spec, sync, clock, monitor.steady if monitor is not None else None)
     collecting = gc.isenabled()
     gc.disable()
     try:
-        samples, reason = take_samples(take, spec, clock)
+        if monitor is not None:
+            monitor.begin()
+
+            def take_and_read() -> float:
+                per_call = take()
+                monitor.read()  # after the sample's clock read: outside every timed interval
+                return per_call
+
+        samples, reason = take_samples(take_and_read if monitor is not None else take, spec, clock)
+        device = monitor.end() if monitor is not None else None
         interference = meter.stop() if meter is not None else None
     finally:
         if collecting:
             gc.enable()
-    return samples, reason, warmup_calls, interference
+    return Sampled(samples, reason, warmup_calls, warmup_s, warmup_stop, interference, device)
 
 
 def measure(
@@ -254,6 +293,7 @@ def measure(
     first_call_s: float | None = None,
     prepare_s: float | None = None,
     meter: InterferenceMeter | None = None,
+    monitor: DeviceMonitor | None = None,
 ) -> Measurement:
     """Time `call`: warm-up until stable (`warm_up`), then samples of `spec.number` back-to-back calls.
 
@@ -262,10 +302,12 @@ def measure(
     and one sync; the stopping rule of `repeat="auto"` runs between samples. Garbage
     collection is off while samples are taken. `meter` (if any) reads the machine's counters
     before the warm-up and after the last sample: the cell's calls in steady state, a window
-    long enough for the counters' clock ticks even when the samples alone are a few milliseconds.
+    long enough for the counters' clock ticks even when the samples alone are a few milliseconds. `monitor` (if any)
+    reads the device over the samples alone (`sampled`).
     """
-    samples, reason, warmup_calls, interference = sampled(lambda: _sample(call, spec.number, sync, clock)[0], call, spec, sync, clock, meter)
+    taken = sampled(lambda: _sample(call, spec.number, sync, clock)[0], call, spec, sync, clock, meter, monitor)
     return Measurement(
-        samples_s=tuple(samples), number=spec.number, first_call_s=first_call_s, stop_reason=reason,
-        prepare_s=prepare_s, warmup_calls=warmup_calls, interference=interference,
+        samples_s=tuple(taken.samples), number=spec.number, first_call_s=first_call_s, stop_reason=taken.reason,
+        prepare_s=prepare_s, warmup_calls=taken.warmup_calls, interference=taken.interference, warmup_s=taken.warmup_s,
+        warmup_stop=taken.warmup_stop, device=taken.device,
     )  # fmt: skip

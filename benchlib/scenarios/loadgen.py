@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchlib.scenarios.serving import Request, ServingLoop, StreamCall
+from benchlib.scenarios.serving import Request, ServingLoop, ServingStats, StreamCall
 from benchlib.store.layout import LOADGEN_ACCURACY as ACCURACY_FILE
 from benchlib.store.layout import LOADGEN_DETAIL as DETAIL_FILE
 from benchlib.store.layout import LOADGEN_SUMMARY as SUMMARY_FILE
@@ -85,6 +85,8 @@ class LoadReport:
     tokens: bool = False  # generating: LoadGen measured token latencies
     percentile: int | None = None  # the percentile latency was judged at (None in Offline)
     advice: tuple[str, ...] = ()  # LoadGen's recommendations, as it prints them
+    served: int = 0  # the samples the serving loop completed in the test
+    serving: ServingStats | None = None  # what the serving loop did: batch sizes, queue waits, call times
 
     @property
     def unmet(self) -> list[str]:
@@ -220,12 +222,14 @@ def run_loadgen(
         if tokens:
             lg.FirstTokenComplete([lg.QuerySampleResponse(request.id, 0, 0) for request in batch])
 
-    _start_test(test_settings(settings), samples, ServingLoop(calls, max_batch, batch_timeout_s, complete, first_token), folder, KEPT_FILES)
+    loop = ServingLoop(calls, max_batch, batch_timeout_s, complete, first_token)
+    _start_test(test_settings(settings), samples, loop, folder, KEPT_FILES)
     text = (folder / SUMMARY_FILE).read_text(encoding="utf-8")
     figures = parse_summary(text)
+    stats = loop.stats()
     return LoadReport(
         settings.scenario, figures.get("Result is") == "VALID", figures, folder, tokens=bool(tokens), percentile=settings.percentile,
-        advice=tuple(recommendations(text)),
+        advice=tuple(recommendations(text)), served=stats.samples, serving=stats,
     )  # fmt: skip
 
 

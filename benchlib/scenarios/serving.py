@@ -30,6 +30,38 @@ class Request:
     id: int
     ids: np.ndarray
     order: int = field(default=0, compare=False)  # arrival order, set by the loop
+    arrived: float = field(default=0.0, compare=False)  # when the loop queued it (perf_counter), set by the loop
+
+
+@dataclass(frozen=True)
+class ServingStats:
+    """What a serving loop did over a test: the batches run and samples served, the batch sizes, how long a batch's
+    oldest request waited in the queue before its batch started, and how long the calls took (seconds): what a server's
+    latency tail is made of, the queue's part apart from the model's."""
+
+    batches: int = 0
+    samples: int = 0
+    batch_mean: float | None = None
+    queue_wait_p50_s: float | None = None
+    queue_wait_p99_s: float | None = None
+    call_p50_s: float | None = None
+    call_p99_s: float | None = None
+
+    @classmethod
+    def of(cls, sizes: Sequence[int], waits: Sequence[float], calls: Sequence[float]) -> ServingStats:
+        """The statistics of the batches' `sizes`, oldest requests' `waits` and `calls` (one of each per batch)."""
+        if not sizes:
+            return cls()
+        percentile = lambda values, q: float(np.percentile(values, q))  # noqa: E731
+        return cls(
+            len(sizes), int(sum(sizes)), float(np.mean(sizes)), percentile(waits, 50), percentile(waits, 99), percentile(calls, 50),
+            percentile(calls, 99),
+        )  # fmt: skip
+
+    def row_fields(self) -> dict[str, float | str]:
+        """The row's serving columns (blank where no batch was run)."""
+        names = ("batch_mean", "queue_wait_p50_s", "queue_wait_p99_s", "call_p50_s", "call_p99_s")
+        return {f"served_{name}": "" if (value := getattr(self, name)) is None else value for name in names}
 
 
 def batch_buckets(max_batch: int) -> tuple[int, ...]:
@@ -71,6 +103,7 @@ class ServingLoop:
         self._arrivals = count()
         self._changed = threading.Condition()
         self._closed = False
+        self._served: list[tuple[int, float, float]] = []  # per batch run: its size, its oldest request's wait, its call's time
         self.failure: BaseException | None = None  # the first exception a worker met; later batches are not run
         self._workers = [threading.Thread(target=self._serve, args=(call,), name=f"stream-{i}", daemon=True) for i, call in enumerate(calls)]
         for worker in self._workers:
@@ -79,8 +112,9 @@ class ServingLoop:
     def submit(self, requests: Iterable[Request]) -> None:
         """Queue `requests`; they are served in arrival order, batched by length."""
         with self._changed:
+            now = time.perf_counter()
             for request in requests:
-                queued = Request(request.id, request.ids, next(self._arrivals))
+                queued = Request(request.id, request.ids, next(self._arrivals), now)
                 self._waiting.setdefault(len(queued.ids), deque()).append(queued)
             self._changed.notify_all()
 
@@ -128,7 +162,14 @@ class ServingLoop:
             output = None
             if self.failure is None:
                 try:
+                    start = time.perf_counter()
                     output = call(batch_ids(batch, self.max_batch), lambda batch=batch: self._first_token(batch))
+                    self._served.append((len(batch), start - batch[0].arrived, time.perf_counter() - start))  # list.append: atomic
                 except BaseException as exc:  # noqa: BLE001  # raised by `close`, in the caller's thread
                     self.failure = self.failure or exc
             self._complete(batch, output)
+
+    def stats(self) -> ServingStats:
+        """What the loop served so far (`ServingStats`)."""
+        served = list(self._served)
+        return ServingStats.of([size for size, _, _ in served], [wait for _, wait, _ in served], [took for _, _, took in served])

@@ -37,6 +37,13 @@ COLUMNS: tuple[str, ...] = (
     "quality_data", "quality_metric", "quality_value", "quality_low", "quality_high", "quality_reference", "quality_ratio",
     "quality_ratio_low", "quality_ratio_high", "quality_target", "quality_verdict", "quality_n", "quality_truncated", "quality_f1",
     "quality_s", "quality_reason", "served_quality_value", "accuracy_log",
+    # The warm-up (seconds, why it stopped) and the device over the samples (measure.device_state): a GPU's SM clock,
+    # power, temperature, memory and throttle reasons (`slowed`: why it could not hold its sustained clock), the energy
+    # per call, generated token or served sample from the machine's counter, and the GPU's busy share of one call.
+    "warmup_s", "warmup_stop", "gpu_clock_mhz", "gpu_clock_min_mhz", "gpu_sustained_mhz", "gpu_power_w", "gpu_temperature_c",
+    "gpu_memory_bytes", "gpu_throttle", "slowed", "energy_j", "energy_unit", "energy_source", "gpu_busy_s", "gpu_busy", "launch_bound",
+    # A load test's serving loop: the mean batch size, the queue wait of a batch's oldest request and the call's time.
+    "served_batch_mean", "served_queue_wait_p50_s", "served_queue_wait_p99_s", "served_call_p50_s", "served_call_p99_s",
 )  # fmt: skip
 # Columns that hold a JSON list of seconds per sample, read back as lists.
 SAMPLE_COLUMNS: tuple[str, ...] = ("samples_s", "ttft_samples_s", "tpot_samples_s")
@@ -126,6 +133,7 @@ def read_results(path: str | os.PathLike[str], every_attempt: bool = False, tria
     frame["round"] = pd.to_numeric(frame["round"], errors="coerce").fillna(1).astype(int)
     for column in SAMPLE_COLUMNS:
         frame[column] = _json_lists(frame[column])
+    frame = frame.copy()  # one block per dtype again, after the columns set one by one
     is_trial = frame["trial"].notna()
     if trials:
         return frame[is_trial].reset_index(drop=True)
@@ -141,8 +149,9 @@ def _json_lists(values: pd.Series) -> list[list[float]]:
 def kept_attempts(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per cell and round, in the order they were first measured, with `attempts` (rows of that cell and round).
 
-    The kept row is an `ok` one if any, the least disturbed of those (lowest `interference`),
-    the latest on a tie; rows cut off before their cell and status were written are left out.
+    The kept row is an `ok` one if any, an undisturbed one of those if any (neither other processes nor a slowed
+    device), then the least disturbed (lowest `interference`), the latest on a tie; rows cut off before their cell and
+    status were written are left out.
     """
     rows = rows.dropna(subset=list(_REQUIRED))
     if rows.empty:
@@ -152,11 +161,12 @@ def kept_attempts(rows: pd.DataFrame) -> pd.DataFrame:
         attempts=cells["status"].transform("size"),
         _cell=cells.ngroup(),
         _not_ok=rows["status"] != status.OK,
+        _disturbed=is_true(rows["disturbed"]),
         _interference=pd.to_numeric(rows["interference"], errors="coerce"),
         _later=-np.arange(len(rows)),
-    ).sort_values(["_cell", "_not_ok", "_interference", "_later"], na_position="last", kind="stable")
+    ).sort_values(["_cell", "_not_ok", "_disturbed", "_interference", "_later"], na_position="last", kind="stable")
     kept = ranked.drop_duplicates(subset=list(ROUND_KEY), keep="first")
-    return kept.drop(columns=["_cell", "_not_ok", "_interference", "_later"]).reset_index(drop=True)
+    return kept.drop(columns=["_cell", "_not_ok", "_disturbed", "_interference", "_later"]).reset_index(drop=True)
 
 
 def is_true(values: pd.Series) -> pd.Series:

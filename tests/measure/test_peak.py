@@ -65,11 +65,15 @@ def test_real_limits_on_this_cpu_with_small_sizes_and_threads_restored(monkeypat
     assert AVX2_ONLY_REASON.startswith("this CPU has no bfloat16 instructions (avx512_bf16 or amx_bf16, or avx_ne_convert)")
     assert limits["gemm_size"] == 256 and limits["copy_bytes"] == 16 * MIB
     assert limits["cpu"] and limits["measured_at"] and 0 < limits["seconds"] < 30
-    assert set(limits["method"]) == {"float32_flops_per_s", "bfloat16_flops_per_s", "bandwidth_bytes_per_s", "timing"}
+    assert set(limits["method"]) == {"float32_flops_per_s", "bfloat16_flops_per_s", "float16_flops_per_s", "bandwidth_bytes_per_s", "timing"}
     assert "1 thread" in limits["method"]["float32_flops_per_s"] and "median" in limits["method"]["timing"]
     assert limits["method"]["bfloat16_flops_per_s"] == f"not measured: {AVX2_ONLY_REASON}"
     assert len(limits["samples_s"]["float32_gemm"]) == 3 and len(limits["samples_s"]["copy"]) == 12  # 4 copies per GEMM
     assert limits["samples_s"]["bfloat16_gemm"] == []
+    # float16 is never multiplied on the CPU: no time added, the reason recorded.
+    assert limits["float16_flops_per_s"] is None and limits["samples_s"]["float16_gemm"] == [] and limits["gemm_paths"]["float16"] == {}
+    assert limits["float16_reason"] == limits["method"]["float16_flops_per_s"] and limits["float16_reason"].startswith("not measured on the CPU: ")
+    assert not any(sentence.startswith("Peak float16") for sentence in machine_limits.describe_limits(limits))
     # FLOP/s and bytes/s are read from the median sample.
     median = sorted(limits["samples_s"]["float32_gemm"])[1]
     assert limits["float32_flops_per_s"] == pytest.approx(2 * 256**3 / median)
@@ -80,10 +84,10 @@ def test_real_limits_on_this_cpu_with_small_sizes_and_threads_restored(monkeypat
 def test_a_disturbed_measurement_is_taken_again_and_the_least_disturbed_kept(monkeypatch, fractions, kept, attempts):
     taken = iter(fractions)
 
-    def figures(n, nbytes, device, repeat, bfloat16):
+    def figures(n, nbytes, device, repeat, bfloat16, float16):
         fraction = next(taken)
         return {
-            "float32_flops_per_s": 1e11 * (1 - fraction), "bfloat16_flops_per_s": None, "bandwidth_bytes_per_s": 1e10,
+            "float32_flops_per_s": 1e11 * (1 - fraction), "bfloat16_flops_per_s": None, "float16_flops_per_s": None, "bandwidth_bytes_per_s": 1e10,
             "samples_s": {"float32_gemm": [fraction]}, "interference": Interference(fraction, resolution=0.001, window_s=1.0),
             "gemm_paths": {"float32": {"torch.mm": 1e11 * (1 - fraction)}, "bfloat16": {}},
         }  # fmt: skip
@@ -194,10 +198,11 @@ def test_write_and_read_round_trip_per_device(tmp_path):
 
 
 def test_table_and_sentences(tmp_path):
-    limits = limits_for("cpu", 1e11)
+    limits = limits_for("cpu", 1e11)  # a file from before float16 was measured: no float16 keys
     table = machine_limits.limits_table(limits)
-    assert table.value.tolist()[::2] == pytest.approx([100.0, 10.0]) and table.value.isna().tolist() == [False, True, False, False]
-    assert table.value.iloc[3] == pytest.approx(10.0) and table.unit.tolist() == ["GFLOP/s", "GFLOP/s", "GB/s", "FLOP/byte"]
+    assert table.value.tolist()[::3] == pytest.approx([100.0, 10.0]) and table.value.isna().tolist() == [False, True, True, False, False]
+    assert table.value.iloc[3] == pytest.approx(10.0) and table.unit.tolist() == ["GFLOP/s", "GFLOP/s", "GFLOP/s", "GB/s", "FLOP/byte"]
+    assert table.set_index("figure").loc["peak float16 matrix multiply", "how"] == "not measured"
     sentences = machine_limits.describe_limits(limits)
     assert sentences[0].startswith("Peak float32 matrix multiply on Fake CPU (cpu, 2 threads): 100.0 GFLOP/s")
     assert sentences[1] == f"bfloat16 matrix multiply: not measured ({AVX2_ONLY_REASON})."
@@ -214,16 +219,21 @@ def test_a_gpu_that_torch_does_not_see_is_refused(monkeypatch):
         machine_limits.measure_limits("tpu")
 
 
-def test_cuda_path_synchronises_before_every_clock_read(monkeypatch):
-    """A faked GPU (its tensors on the CPU): every clock read has the device's queued work finished before it."""
-    log: list[str] = []
-    synced_devices = set()
+def fake_gpu(monkeypatch, synchronize=lambda device=None: None) -> None:
+    """A GPU that torch sees, with bfloat16, whose tensors lie on the CPU."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Fake GPU")
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced_devices.add(str(device)) or log.append("sync"))
+    monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
     monkeypatch.setattr(machine_limits, "_placement", lambda device: torch.device("cpu"))
+
+
+def test_cuda_path_synchronises_before_every_clock_read(monkeypatch):
+    """A faked GPU (its tensors on the CPU): every clock read has the device's queued work finished before it."""
+    log: list[str] = []
+    synced_devices = set()
+    fake_gpu(monkeypatch, lambda device=None: synced_devices.add(str(device)) or log.append("sync"))
 
     def clock() -> float:
         log.append("clock")
@@ -242,11 +252,33 @@ def test_cuda_path_synchronises_before_every_clock_read(monkeypatch):
     assert "torch.cuda.synchronize before every clock read" in limits["method"]["timing"]
     assert log[0] == "sync"  # the tensors' creation is finished before the first clock read
     reads = [i for i, event in enumerate(log) if event == "clock"]
-    assert reads and log.count("call") >= 3 + 3 + 12
+    assert reads and log.count("call") >= 3 + 3 + 3 + 12  # float32, bfloat16 and float16 GEMMs, then the copies
     for read in reads:
         before = log[:read]
         last_call = max((i for i, event in enumerate(before) if event == "call"), default=-1)
         assert "sync" in before[last_call + 1 :], f"clock read {read} follows a call with no synchronisation: {log[: read + 1]}"
+
+
+def test_float16_is_multiplied_on_a_gpu_and_kept_beside_float32_and_bfloat16(monkeypatch):
+    """A faked GPU (its tensors on the CPU): a third GEMM in float16, its rate from the median of its own samples."""
+    fake_gpu(monkeypatch)
+    dtypes = []
+    real_best = machine_limits.best_gemm_rate
+    monkeypatch.setattr(machine_limits, "best_gemm_rate", lambda n, dtype, *args: dtypes.append(dtype) or real_best(n, dtype, *args))
+    limits = machine_limits.measure_limits("cuda", num_threads=1, gemm_size=64, copy_bytes=MIB, repeat=3, remeasure=0)  # one attempt, however busy the machine
+
+    assert dtypes == [torch.float32, torch.bfloat16, torch.float16]
+    samples = limits["samples_s"]["float16_gemm"]
+    assert len(samples) == 3 and limits["float16_reason"] is None
+    assert limits["float16_flops_per_s"] == pytest.approx(2 * 64**3 / statistics.median(samples))
+    assert limits["gemm_paths"]["float16"] == {"torch.mm": limits["float16_flops_per_s"]}
+    assert limits["method"]["float16_flops_per_s"].startswith("torch.mm(a, b, out=c) of two seeded random 64 x 64 matrices on cuda")
+    assert "in float16 (reduced-precision reductions allowed: " in limits["method"]["float16_flops_per_s"]
+    table = machine_limits.limits_table(limits).set_index("figure")
+    assert table.loc["peak float16 matrix multiply", "value"] == pytest.approx(limits["float16_flops_per_s"] / 1e9)
+    ratio = limits["float16_flops_per_s"] / limits["float32_flops_per_s"]
+    sentence = f"Peak float16 matrix multiply: {limits['float16_flops_per_s'] / 1e9:.1f} GFLOP/s, {ratio:.2f} x float32."
+    assert machine_limits.describe_limits(limits)[2] == sentence  # after float32's and bfloat16's
 
 
 @pytest.mark.e2e

@@ -12,7 +12,11 @@ from scipy import stats as scipy_stats
 
 from benchlib import read_results, run_environment
 from benchlib.config.params import ParameterError, validate_params
-from benchlib.measure.timing import CONVERGED, FIXED, MAX_SAMPLES, TIME_BUDGET, TimingSpec, measure, prepare_and_call_once, warm_up
+from benchlib.measure.device_state import DeviceMonitor, DeviceState
+from benchlib.measure.timing import (
+    CONVERGED, FIXED, MAX_SAMPLES, TIME_BUDGET, WARMUP_CALLS, WARMUP_NONE, WARMUP_STABLE, WARMUP_TIME_LIMIT, TimingSpec, measure,
+    prepare_and_call_once, warm_up,
+)  # fmt: skip
 
 
 class FakeClock:
@@ -64,27 +68,69 @@ def test_warm_up_stops_when_two_successive_batches_agree():
     # A traced model speeding up over its first calls. Each batch holds 50 ms at the latest median:
     # after 100 ms, 1 call (40 ms); then 2 (20 ms); then 3 (12.5 ms); then 4, whose median agrees.
     durations = [0.1, 0.04, 0.02, 0.02, *[0.0125] * 3, 0.0126, 0.0124, 0.0125, 0.0127, 99.0]
-    calls, clock = warmed(durations, warmup=1, warmup_max_seconds=60)
-    assert calls == 1 + 1 + 2 + 3 + 4 == clock.log.count("call")
+    (calls, seconds, why), clock = warmed(durations, warmup=1, warmup_max_seconds=60)
+    assert calls == 1 + 1 + 2 + 3 + 4 == clock.log.count("call") and why == WARMUP_STABLE
+    assert seconds == pytest.approx(sum(durations[:11]))  # how long the warm-up took, in the row
     assert clock.log.count("sync") == calls  # every warm-up call is timed on its own
 
 
 def test_warm_up_ignores_a_stray_slow_call_by_taking_batch_medians():
     durations = [0.01] * 5 + [0.01, 0.01, 0.5, 0.01, 0.01]  # one 0.5 s call in the second batch
-    calls, _ = warmed(durations, warmup=5, warmup_max_seconds=60)
-    assert calls == 10
+    (calls, _, why), _ = warmed(durations, warmup=5, warmup_max_seconds=60)
+    assert calls == 10 and why == WARMUP_STABLE
 
 
 def test_warm_up_stops_at_its_time_limit_when_calls_never_settle():
     durations = itertools.cycle([0.1, 0.2])  # every batch of one call differs from the last by 50% or more
-    calls, clock = warmed(durations, warmup=1, warmup_max_seconds=3)
+    (calls, seconds, why), clock = warmed(durations, warmup=1, warmup_max_seconds=3)
     assert 3 <= clock.now < 3 + 0.2 + 1e-9 and calls == clock.log.count("call") > 10
+    assert why == WARMUP_TIME_LIMIT and seconds == pytest.approx(clock.now)
 
 
 def test_warm_up_takes_at_least_warmup_calls_and_none_when_zero():
-    calls, _ = warmed(itertools.repeat(0.01), warmup=7, warmup_max_seconds=60)
-    assert calls == 7 + 5  # then one batch of 50 ms, equal to the last call
-    assert warmed(itertools.repeat(0.01), warmup=0)[0] == 0
+    (calls, _, why), _ = warmed(itertools.repeat(0.01), warmup=7, warmup_max_seconds=60)
+    assert calls == 7 + 5 and why == WARMUP_STABLE  # then one batch of 50 ms, equal to the last call
+    assert warmed(itertools.repeat(0.01), warmup=0)[0] == (0, 0.0, WARMUP_NONE)
+    assert warmed(itertools.repeat(0.01), warmup=3, warmup_max_seconds=0)[0][::2] == (3, WARMUP_CALLS)
+
+
+class ClimbingClock(DeviceMonitor):
+    """A fake of a GPU's SM clock (what this machine lacks): idle at 345 MHz, one step of 400 MHz up per read, to 1980."""
+
+    def __init__(self, log: list[str]) -> None:
+        super().__init__()
+        self.mhz, self.log, self.reads, self.checks = 345.0, log, [], 0
+
+    def steady(self) -> bool:
+        self.checks += 1
+        self.mhz = min(self.mhz + 400, 1980.0)
+        return self.mhz >= 0.97 * 1980
+
+    def begin(self) -> None:
+        self.log.append("begin")
+        self.reads = []
+
+    def read(self) -> None:
+        self.log.append("read")
+        self.reads.append(self.mhz)
+
+    def end(self) -> DeviceState:
+        self.log.append("end")
+        return DeviceState(clock_mhz=float(np.median(self.reads)), clock_min_mhz=min(self.reads), sustained_mhz=1980.0, energy_j=3.0, energy_source="fake")
+
+
+def test_on_a_gpu_the_warm_up_lasts_until_the_clock_is_sustained_and_the_device_is_read_between_samples_only():
+    clock = FakeClock(itertools.repeat(0.01))
+    monitor = ClimbingClock(clock.log)
+    measurement = measure(clock.call, TimingSpec(warmup=1, warmup_max_seconds=60, repeat=4, number=2), clock.sync, clock, monitor=monitor)
+    # The call's time is stable from the first batch, the clock only after four reads: 345 -> 745 -> 1145 -> 1545 -> 1945.
+    before = clock.log[: clock.log.index("begin")]
+    assert measurement.warmup_stop == WARMUP_STABLE and monitor.checks == 4 and measurement.warmup_calls == before.count("call") > 4
+    assert all("read" not in interval for interval in intervals(clock.log) if "call" in interval)  # never inside a timed interval
+    assert clock.log.count("read") == 4 and clock.log[-1] == "end" and measurement.device.clock_min_mhz == 1945.0
+    row = measurement.row_fields()
+    assert row["energy_j"] == pytest.approx(3.0 / 8) and row["energy_unit"] == "call" and row["slowed"] == ""  # 4 samples of 2 calls
+    assert row["warmup_stop"] == WARMUP_STABLE and row["warmup_s"] == pytest.approx(0.01 * measurement.warmup_calls)
 
 
 def test_garbage_collection_is_off_while_samples_are_taken_and_restored_after():

@@ -1,11 +1,12 @@
 """What a run's cells cost the machine: peak memory and time to first result, how close each environment came to the
-machine's measured limits, and time against sequence length."""
+machine's measured limits (and, on a GPU, which cells the launching Python bounds), and time against sequence length."""
 
 from __future__ import annotations
 
+import pandas as pd
 from IPython.display import Markdown, display
 
-from benchlib.analysis import efficiency, quality, tables
+from benchlib.analysis import efficiency, quality, speedups, tables
 from benchlib.measure import peak as machine_limits
 from benchlib.report import plots
 from benchlib.report.render import show_figure, show_table
@@ -35,15 +36,27 @@ def _limits(run: SummaryRun) -> efficiency.Limits:
     return run.shared("limits", lambda: efficiency.load_limits(run.run_dirs))
 
 
+def _cells(run: SummaryRun) -> pd.DataFrame:
+    return run.shared("efficiency_cells", lambda: efficiency.efficiency(run.rows, _limits(run)))
+
+
+def limits_findings(run: SummaryRun) -> list[str]:
+    """Where eager PyTorch is launch-bound: what this run measured of the environments that remove that overhead."""
+    per_model = run.shared("speedups_per_model", lambda: speedups.speedups(run.rows, per_model=True))
+    return efficiency.overhead_findings(_cells(run), per_model)
+
+
 @section(
     "limits", "How close to the machine's limit", CELLS,
-    "Each `ok` cell's FLOPs over its time, against the machine's float32 peak and memory bandwidth measured at the start "
-    "of the run: each environment's median fraction of that peak per model (%), and the roofline.",
-    has_data=lambda run: bool(_limits(run)),
+    "Each `ok` cell's FLOPs over its time, against the peak of the cell's own precision (float32, bfloat16, float16) and "
+    "the memory bandwidth, measured at the start of the run: each environment's median share of its precision's peak per "
+    "model (%; none above 100% is shown, and none where the precision has no measured peak, as int8), and the roofline. "
+    "A GPU cell whose call kept the GPU busy less than half its time is `launch`-bound: the launching Python limits it.",
+    findings=limits_findings, has_data=lambda run: bool(_limits(run)),
 )  # fmt: skip
 def show_limits(run: SummaryRun) -> None:
     limits = _limits(run)
-    cells = efficiency.efficiency(run.rows, limits)
+    cells = _cells(run)
     for machine in limits.values():
         display(Markdown("\n".join(f"- {sentence}" for sentence in machine_limits.describe_limits(machine))))
     show_table(efficiency.efficiency_table(cells), run.output_dir, "fraction_of_peak", efficiency.efficiency_sentences(cells),

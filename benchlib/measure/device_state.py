@@ -1,0 +1,298 @@
+"""What the device did while a cell was sampled, from the machine's own counters: a GPU's SM clock, power, temperature,
+memory and NVML's clock-event (throttle) reasons, and the energy a counter saw (NVML's total energy on a GPU; on a CPU,
+the RAPL package counters under /sys/class/powercap, where they exist and can be read). Never an estimate from a rated
+power: without a counter the energy is blank, with the reason (`energy_counter`).
+
+A `DeviceMonitor` is begun after the warm-up, read between samples (never inside a timed interval) and ended after the
+last sample; a load test is read by a thread every `POLL_S` while LoadGen runs. A cell whose SM clock fell below the
+GPU's sustained clock, or that NVML says was held back by power or heat, is `slowed`: the sweep flags it as disturbed and
+measures it again, like interference.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+POWERCAP = Path("/sys/class/powercap")
+# NVML's clocks-event reasons (nvmlClocksEventReason*) that hold the clock down for power or heat; idle, application
+# clocks, sync boost and display clocks are not a throttle.
+THROTTLE_REASONS: dict[int, str] = {
+    0x4: "power cap (software)", 0x8: "hardware slowdown", 0x20: "thermal (software)", 0x40: "thermal (hardware)",
+    0x80: "power brake (hardware)",
+}  # fmt: skip
+CLOCK_TOLERANCE = 0.03  # a clock more than this share below the sustained clock is down-clocked
+POLL_S = 0.1  # a load test's reads, from a thread
+NVML_CLOCK_SM, NVML_TEMPERATURE_GPU = 1, 0
+NO_COUNTER = "no energy counter on this machine"
+ENERGY_SOURCES: dict[str, str] = {  # a counter's source (DeviceMonitor.source), in words
+    "nvml": "NVML's total energy counter of the GPU (nvmlDeviceGetTotalEnergyConsumption), read around the samples",
+    "rapl": "the CPU packages' RAPL counters (/sys/class/powercap), read around the samples: the whole package, other processes' work included",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DeviceState:
+    """The device over one window: the SM clock (median and lowest read), the sustained clock it should hold, mean power,
+    highest temperature and memory used, the throttle reasons seen, and the energy (joules) over the window."""
+
+    clock_mhz: float | None = None
+    clock_min_mhz: float | None = None
+    sustained_mhz: float | None = None
+    power_w: float | None = None
+    temperature_c: float | None = None
+    memory_used_bytes: int | None = None
+    throttle: tuple[str, ...] = ()
+    energy_j: float | None = None
+    energy_source: str = ""
+
+    def slowed(self) -> str:
+        """Why the device could not run at its sustained clock in this window ("" when it could)."""
+        reasons = []
+        if self.clock_min_mhz is not None and self.sustained_mhz and self.clock_min_mhz < (1 - CLOCK_TOLERANCE) * self.sustained_mhz:
+            reasons.append(f"SM clock down to {self.clock_min_mhz:.0f} MHz, below the sustained {self.sustained_mhz:.0f} MHz")
+        if self.throttle:
+            reasons.append("throttled: " + ", ".join(self.throttle))
+        return "; ".join(reasons)
+
+    def row_fields(self, units: float, unit: str) -> dict[str, Any]:
+        """The row's device columns; `energy_j` per `unit` of work (`units` of them in the window: calls, generated tokens
+        or served samples)."""
+        blank = lambda value: "" if value is None else value  # noqa: E731
+        return {
+            "gpu_clock_mhz": blank(self.clock_mhz), "gpu_clock_min_mhz": blank(self.clock_min_mhz), "gpu_sustained_mhz": blank(self.sustained_mhz),
+            "gpu_power_w": blank(self.power_w), "gpu_temperature_c": blank(self.temperature_c), "gpu_memory_bytes": blank(self.memory_used_bytes),
+            "gpu_throttle": "; ".join(self.throttle), "slowed": self.slowed(),
+            "energy_j": "" if self.energy_j is None or units <= 0 else self.energy_j / units, "energy_source": self.energy_source,
+            "energy_unit": unit if self.energy_j is not None else "",
+        }  # fmt: skip
+
+
+@dataclass
+class _Reads:
+    clocks: list[float] = field(default_factory=list)
+    powers: list[float] = field(default_factory=list)
+    temperatures: list[float] = field(default_factory=list)
+    memory: list[int] = field(default_factory=list)
+    reasons: int = 0
+
+
+class DeviceMonitor:
+    """Reads a device's counters over a window: `begin()`, `read()` between samples, `end()` -> DeviceState. The base
+    reads nothing: a machine without counters, and `reason` says why."""
+
+    source = ""
+
+    def __init__(self, reason: str = NO_COUNTER) -> None:
+        self.reason = reason
+
+    def begin(self) -> None:
+        """Start a window (and forget an earlier one)."""
+
+    def read(self) -> None:
+        """One read of the clocks, power, temperature, memory and throttle reasons (nothing without them)."""
+
+    def end(self) -> DeviceState:
+        """The window since `begin()`."""
+        return DeviceState()
+
+    def steady(self) -> bool:
+        """Whether the device runs at its sustained clock now (True without a clock to read: only the call's time then
+        decides when the warm-up is over)."""
+        return True
+
+    def describe(self) -> dict[str, Any]:
+        """What environment.json records of the device and its counters."""
+        return {"energy": {"source": None, "reason": self.reason}}
+
+    def polling(self) -> Polling:
+        """A context that reads this monitor every POLL_S from a thread (a load test's window)."""
+        return Polling(self)
+
+
+class Polling:
+    """`with monitor.polling():` begins the window, reads it every POLL_S from a thread, and stops reading on exit; the
+    state is `monitor.end()` afterwards."""
+
+    def __init__(self, monitor: DeviceMonitor) -> None:
+        self.monitor, self._stop = monitor, threading.Event()
+        self._thread = threading.Thread(target=self._run, name="device-monitor", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(POLL_S):
+            self.monitor.read()
+
+    def __enter__(self) -> Polling:
+        self.monitor.begin()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.monitor.read()
+
+
+class RaplMonitor(DeviceMonitor):
+    """A CPU's energy from the RAPL package counters (`<root>/intel-rapl:N/energy_uj`, microjoules, wrapping at
+    `max_energy_range_uj`; AMD's Zen packages appear there too). Energy only: the CPU's clocks are not read."""
+
+    source = "rapl"
+
+    def __init__(self, zones: list[Path]) -> None:
+        super().__init__("")
+        self.zones = zones
+        self._start: list[int] = []
+
+    def _counters(self) -> list[int]:
+        return [int((zone / "energy_uj").read_text(encoding="ascii")) for zone in self.zones]
+
+    def begin(self) -> None:
+        self._start = self._counters()
+
+    def end(self) -> DeviceState:
+        joules = 0.0
+        for zone, before, after in zip(self.zones, self._start, self._counters()):
+            span = after - before
+            if span < 0:  # the counter wrapped
+                span += int((zone / "max_energy_range_uj").read_text(encoding="ascii"))
+            joules += span / 1e6
+        return DeviceState(energy_j=joules, energy_source=self.source)
+
+    def describe(self) -> dict[str, Any]:
+        names = [(zone / "name").read_text(encoding="ascii").strip() for zone in self.zones]
+        return {"energy": {"source": self.source, "zones": names, "method": ENERGY_SOURCES[self.source]}}
+
+
+def rapl_zones(root: Path = POWERCAP) -> list[Path]:
+    """The RAPL package zones under `root` whose counter this process can read (none where there are none, or reading
+    them needs more rights than it has)."""
+    zones = []
+    for zone in sorted(root.glob("intel-rapl:*")):
+        if zone.name.count(":") != 1:  # a subzone (core, uncore, dram) is inside its package's count
+            continue
+        try:
+            if (zone / "name").read_text(encoding="ascii").startswith("package"):
+                int((zone / "energy_uj").read_text(encoding="ascii"))
+                zones.append(zone)
+        except (OSError, ValueError):
+            continue
+    return zones
+
+
+def energy_counter_reason(root: Path = POWERCAP) -> str:
+    """Why a CPU run has no energy figure: no RAPL zone, or none this process may read."""
+    if not any(root.glob("intel-rapl:*")):
+        return f"{NO_COUNTER}: no RAPL counter under {root}, and no GPU"
+    return f"{NO_COUNTER}: the RAPL counters under {root} cannot be read by this user (energy_uj is root's since Linux 5.10)"
+
+
+class NvmlMonitor(DeviceMonitor):
+    """A GPU's state from NVML (`pynvml`, of nvidia-ml-py): the SM clock, power, temperature, memory used and the
+    clock-event reasons at each read, and the total energy counter (millijoules) at the window's ends."""
+
+    source = "nvml"
+
+    def __init__(self, nvml: Any, handle: Any) -> None:
+        super().__init__("")
+        self.nvml, self.handle = nvml, handle
+        self.sustained_mhz = _sustained_clock(nvml, handle)
+        self._reads, self._energy_mj = _Reads(), None
+
+    def _reasons(self) -> int:
+        read = getattr(self.nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or self.nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        return int(read(self.handle))
+
+    def begin(self) -> None:
+        self._reads = _Reads()
+        self._energy_mj = self._energy()
+
+    def _energy(self) -> int | None:
+        try:
+            return int(self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle))
+        except self.nvml.NVMLError:  # before Volta: no counter
+            return None
+
+    def read(self) -> None:
+        reads, nvml, handle = self._reads, self.nvml, self.handle
+        reads.clocks.append(float(nvml.nvmlDeviceGetClockInfo(handle, NVML_CLOCK_SM)))
+        reads.powers.append(nvml.nvmlDeviceGetPowerUsage(handle) / 1000)
+        reads.temperatures.append(float(nvml.nvmlDeviceGetTemperature(handle, NVML_TEMPERATURE_GPU)))
+        reads.memory.append(int(nvml.nvmlDeviceGetMemoryInfo(handle).used))
+        reads.reasons |= self._reasons()
+
+    def end(self) -> DeviceState:
+        reads, energy = self._reads, self._energy()
+        joules = (energy - self._energy_mj) / 1000 if energy is not None and self._energy_mj is not None else None
+        return DeviceState(
+            clock_mhz=statistics.median(reads.clocks) if reads.clocks else None, clock_min_mhz=min(reads.clocks, default=None),
+            sustained_mhz=self.sustained_mhz, power_w=statistics.fmean(reads.powers) if reads.powers else None,
+            temperature_c=max(reads.temperatures, default=None), memory_used_bytes=max(reads.memory, default=None),
+            throttle=tuple(name for bit, name in THROTTLE_REASONS.items() if reads.reasons & bit), energy_j=joules,
+            energy_source=self.source if joules is not None else "",
+        )  # fmt: skip
+
+    def steady(self) -> bool:
+        clock = float(self.nvml.nvmlDeviceGetClockInfo(self.handle, NVML_CLOCK_SM))
+        return self.sustained_mhz is None or clock >= (1 - CLOCK_TOLERANCE) * self.sustained_mhz
+
+    def describe(self) -> dict[str, Any]:
+        nvml, handle = self.nvml, self.handle
+
+        def text(value: Any) -> str:
+            return value.decode() if isinstance(value, bytes) else str(value)
+
+        energy = self._energy()
+        return {
+            "gpu": {
+                "name": text(nvml.nvmlDeviceGetName(handle)), "driver": text(nvml.nvmlSystemGetDriverVersion()),
+                "sustained_sm_clock_mhz": self.sustained_mhz, "max_sm_clock_mhz": _maybe(nvml.nvmlDeviceGetMaxClockInfo, handle, NVML_CLOCK_SM),
+                "power_limit_w": (limit / 1000 if (limit := _maybe(nvml.nvmlDeviceGetEnforcedPowerLimit, handle)) is not None else None),
+                "memory_total_bytes": int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
+            },
+            "energy": {"source": self.source, "method": ENERGY_SOURCES[self.source]}
+            if energy is not None else {"source": None, "reason": f"{NO_COUNTER}: this GPU has no NVML energy counter"},
+        }  # fmt: skip
+
+
+def _maybe(read: Any, *args: Any) -> Any:
+    """NVML's answer, or None where the GPU does not support the query."""
+    try:
+        return read(*args)
+    except Exception:  # NVMLError_NotSupported and kin  # noqa: BLE001
+        return None
+
+
+def _sustained_clock(nvml: Any, handle: Any) -> float | None:
+    """The SM clock the GPU holds under load: its applications clock, else its highest SM clock."""
+    for read in (nvml.nvmlDeviceGetApplicationsClock, nvml.nvmlDeviceGetMaxClockInfo):
+        if (value := _maybe(read, handle, NVML_CLOCK_SM)) is not None:
+            return float(value)
+    return None
+
+
+def nvml_index(device: str) -> int:
+    """NVML's index of the GPU PyTorch calls `device` (`cuda`, `cuda:N`): the N-th of CUDA_VISIBLE_DEVICES where that lists
+    indices, else N."""
+    index = int(device.partition(":")[2] or 0)
+    visible = [part.strip() for part in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if part.strip()]
+    return int(visible[index]) if index < len(visible) and visible[index].isdigit() else index
+
+
+def make_monitor(device: str, powercap: Path = POWERCAP) -> DeviceMonitor:
+    """The monitor of `device`: NVML's on a GPU (the base, reading nothing, where NVML cannot be had), RAPL's on a CPU
+    where its counters can be read, else the base."""
+    if device.startswith("cuda"):
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            return NvmlMonitor(pynvml, pynvml.nvmlDeviceGetHandleByIndex(nvml_index(device)))
+        except Exception as exc:  # no binding, no driver, no such GPU: nothing to read  # noqa: BLE001
+            return DeviceMonitor(f"{NO_COUNTER}: NVML cannot be read ({type(exc).__name__}: {exc}); the GPU's clocks are not known either")
+    zones = rapl_zones(powercap)
+    return RaplMonitor(zones) if zones else DeviceMonitor(energy_counter_reason(powercap))
