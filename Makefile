@@ -1,6 +1,7 @@
 # make run   the default job: six CPU environments on the quick grid, in two rounds, then the summary
 # make test  the test suite: the kit's logic and one end-to-end check of each guarantee, on two workers
 # make test-full  the exhaustive suite: also every catalogue model in every environment, on two workers
+# make test-gpu   the tests marked gpu, on a machine with a CUDA GPU (each skipped with the reason without one)
 # make lab   JupyterLab on notebooks/, with a kernel that has the kit installed
 # make docs  the documentation site, built from docs/ (and the code, for its reference pages) into site/
 # Each creates .venv with python3 if it is missing and installs the kit into it with every extra,
@@ -17,7 +18,7 @@ TEST_WORKERS ?= 2
 BROWSER := /usr/bin/chromedriver
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: run test test-full lab docs install
+.PHONY: run test test-full test-gpu lab docs install
 
 run: $(INSTALLED)
 	$(PY) -m benchlib run $(ARGS)
@@ -27,6 +28,9 @@ test: $(INSTALLED) $(BROWSER)
 
 test-full: $(INSTALLED) $(BROWSER)
 	$(PY) -m pytest -n $(TEST_WORKERS) --full $(ARGS)
+
+test-gpu: $(INSTALLED)
+	$(PY) -m pytest -m gpu $(ARGS)
 
 lab: $(INSTALLED)
 	$(PY) -m benchlib lab $(ARGS)

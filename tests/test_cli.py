@@ -154,6 +154,7 @@ def test_an_environment_whose_kernel_dies_does_not_stop_the_others(tmp_path: Pat
     assert process.returncode == 1, output
     assert "[1/2] cpu-victim: FAILED" in output and "Kernel died" in output
     assert "1 of 2 environments succeeded" in output and "failed: cpu-victim" in output
+    assert output.count("energy (cpu): ") == 1  # the energy counter, or that there is none and why: once per device
     victim_rows = read_results(run_dir / "cpu-victim")
     assert 2 <= len(victim_rows) < 6 and set(victim_rows["status"]) == {"ok", "crashed"}
     assert victim_rows["status"].iloc[-1] == "crashed"  # the cell in flight when the kernel died
