@@ -14,12 +14,13 @@ from pathlib import Path
 from benchlib import status
 from benchlib.analysis.compare import DEFAULT_ALPHA, DEFAULT_THRESHOLD
 from benchlib.backends import not_installed_message
-from benchlib.config.jobs import DEFAULT_ENVIRONMENTS, DEFAULT_GRID, default_run_dir, plan_run
+from benchlib.config.jobs import DEFAULT_ENVIRONMENTS, DEFAULT_GRID, GPU_DEFAULT_ENVIRONMENTS, default_environments, default_run_dir, plan_run
 from benchlib.config.params import ParameterError
 from benchlib.launch.estimate import Remaining, estimate_run, max_run_minutes
 from benchlib.launch.execution import DEFAULT_MAX_RESTARTS
 from benchlib.launch.local import format_duration, measure_machine_limits, needs_machine_limits, report_energy_counters, run_jobs
 from benchlib.launch.signals import stoppable
+from benchlib.machine import gpus
 from benchlib.paths import PROJECT_ROOT
 from benchlib.store.cache import CACHE_VARIABLE, cache_root
 from benchlib.store.cache import clear as clear_cache
@@ -46,9 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--grid", default=DEFAULT_GRID, help=f"grid name in parameters/grids/ or a .yaml path (default: {DEFAULT_GRID})")
     run.add_argument(
         "--environments",
-        default=",".join(DEFAULT_ENVIRONMENTS),
-        help="a set of parameters/sets.yaml (default, study, today, ...; all: every environment for this machine's devices), "
-        "or comma-separated environment names in parameters/environments/ and .yaml paths (default: default)",
+        help="a set of parameters/sets.yaml (default, study, today, gpu-default, ...; all: every environment for this machine's devices; "
+        "gpu: every GPU environment whose packages are installed), or comma-separated environment names in parameters/environments/ "
+        f"and .yaml paths (default: {','.join(DEFAULT_ENVIRONMENTS)}, or {','.join(GPU_DEFAULT_ENVIRONMENTS)} where nvidia-smi finds a GPU)",
     )
     run.add_argument(
         "--models", metavar="A,B,...",
@@ -120,6 +121,11 @@ def render_summary(run_dirs: list[Path]) -> bool:
 def command_run(args: argparse.Namespace) -> int:
     """Plan and validate every environment, run them in turn, then the summary; a full disk stops the run (one line)."""
     run_dir: Path = args.out or default_run_dir()
+    if args.environments is None:
+        chosen, found = default_environments()
+        args.environments = ",".join(chosen)
+        if found:
+            print(found, flush=True)
     environments = [name.strip() for name in args.environments.split(",") if name.strip()]
     if not environments:
         print("--environments: give at least one environment", file=sys.stderr)
@@ -159,6 +165,9 @@ def command_run(args: argparse.Namespace) -> int:
         jobs = plan_run(run_dir, args.grid, environments, args.params, overrides)
     except ParameterError as error:
         print(error, file=sys.stderr)
+        return USAGE_ERROR
+    if not args.cluster and (on_gpu := [job.name for job in jobs if job.params.device.startswith("cuda")]) and not gpus():
+        print(f"--environments: {', '.join(dict.fromkeys(on_gpu))} run on a CUDA GPU, and nvidia-smi finds none on this machine: choose cpu-* environments, or run where a GPU is", file=sys.stderr)
         return USAGE_ERROR
     if any(job.params.tune is not None for job in jobs) and importlib.util.find_spec("optuna") is None:
         print(f"tune: {not_installed_message(['optuna'], 'tune')}", file=sys.stderr)

@@ -28,7 +28,9 @@ def test_shipped_parameter_files_all_validate(tmp_path: Path) -> None:
     environments = sorted(path.stem for path in PARAMETERS_DIR.glob("environments/*.yaml"))
     study = [f"{device}-{name}" for device in ("cpu", "gpu") for name in ("pytorch", "torchscript", "tensorflow", "tensorflow-xla")]
     today = ["cpu-torch-compile", "cpu-pytorch-bf16", "cpu-pytorch-eager-attention", "cpu-onnxruntime", "cpu-onnxruntime-int8",
-             "cpu-openvino", "cpu-openvino-bf16", "cpu-openvino-int8", "gpu-torch-compile", "gpu-pytorch-fp16"]  # fmt: skip
+             "cpu-openvino", "cpu-openvino-bf16", "cpu-openvino-int8", "gpu-torch-compile", "gpu-pytorch-fp16", "gpu-pytorch-bf16",
+             "gpu-pytorch-tf32", "gpu-pytorch-flash-attention", "gpu-torch-compile-cudagraphs", "gpu-torch-compile-max-autotune",
+             "gpu-onnxruntime", "gpu-onnxruntime-tensorrt"]  # fmt: skip
     assert environments == sorted(study + today)
     for grid, models in (("quick", 4), ("quick-all", 10), ("article", 10), ("today", 4), ("smoke", 14)):
         jobs = plan_run(tmp_path, grid, environments)
@@ -67,7 +69,7 @@ def test_environment_sets_expand_and_all_is_every_environment_of_this_machine(tm
     assert expand_environments(["study", "cpu-pytorch", "cpu-onnxruntime"]) == [
         "cpu-pytorch", "cpu-torchscript", "cpu-tensorflow", "cpu-tensorflow-xla", "cpu-onnxruntime",
     ]  # fmt: skip
-    with pytest.raises(ParameterError, match=r"environment 'fastest' not found; available: .*; sets: study, default, today, gpu-study, generate, all"):
+    with pytest.raises(ParameterError, match=r"environment 'fastest' not found; available: .*; sets: study, default, today, gpu-study, gpu-default, generate, all, gpu"):
         plan_run(tmp_path, "smoke", ["fastest"])
 
 

@@ -49,7 +49,12 @@ PRECISIONS: tuple[str, ...] = ("float32", "bfloat16", "float16", "int8")
 # have, per precision, relative to the output's scale (its largest absolute value, at least 1); beyond
 # it the cell is an `error`. Hidden states after a layer norm have values of order 1 and logits larger,
 # so these are loose enough for rounding and tight enough for a wrong graph.
-TOLERANCE: dict[str, float] = {"float32": 1e-3, "float16": 0.25, "bfloat16": 0.5, "int8": 1.0}
+TOLERANCE: dict[str, float] = {"float32": 1e-3, "float16": 0.25, "bfloat16": 0.5, "int8": 1.0, "tf32": 0.05}  # tf32: float32 on TF32 matrix units
+
+
+def tolerance_key(precision: str, options: dict[str, Any]) -> str:
+    """Which TOLERANCE an environment's output is held to: its precision's, or TF32's where float32 runs on TF32 units."""
+    return "tf32" if precision == "float32" and options.get("tf32") else precision
 
 
 class NoOptions(BaseModel):
@@ -103,6 +108,9 @@ class BackendInfo:
     versions: tuple[str, ...] = ()  # distributions whose versions environment.json records
     requires: tuple[str, ...] = ()  # distributions it imports beyond the kit's core dependencies, checked before it is made
     extra: str | None = None  # the kit's extra that installs `requires`: pip install 'benchlib[<extra>]'
+    # The distribution of its GPU build, which stands in for its first required one (onnxruntime-gpu for onnxruntime: the
+    # same module); where there is one, the backend runs on a GPU only with it
+    gpu_build: str | None = None
     oom_classes: tuple[str, ...] = ()  # exception class names that mean out of memory
     oom_messages: tuple[str, ...] = ()  # fragments of its allocators' error messages
     # The environment variables a kernel must start with for these options to take effect (a runtime reads them once, when
@@ -192,7 +200,8 @@ def not_installed(framework: str) -> str | None:
     """Why backend `framework` cannot run in this Python for want of a distribution it requires (which ones, and
     the pip line), or None when they are all installed. Reads metadata only: nothing that could fail is imported."""
     info = backend_info(framework)
-    missing = [name for name in info.requires if not installed(name)]
+    standing_in = {info.requires[0]: info.gpu_build} if info.requires and info.gpu_build else {}
+    missing = [name for name in info.requires if not (installed(name) or (name in standing_in and installed(standing_in[name])))]
     return not_installed_message(missing, info.extra) if missing else None
 
 

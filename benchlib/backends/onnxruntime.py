@@ -1,6 +1,8 @@
 """ONNX Runtime: the PyTorch model exported to ONNX (once per model's weights, in the build cache; dynamic batch and sequence axes),
-run by `onnxruntime.InferenceSession` on the CPU with the graph optimisations asked for; int8 is the
-same export after `onnxruntime.quantization.quantize_dynamic` (weights int8, activations quantized per call).
+run by `onnxruntime.InferenceSession` with the graph optimisations asked for: on the CPU execution provider, or on a
+GPU the CUDA execution provider (TensorRT's with `gpu_provider: tensorrt`), which the `onnxruntime-gpu` package has and
+`onnxruntime` has not; int8 is the same export after `onnxruntime.quantization.quantize_dynamic` (weights int8,
+activations quantized per call), on the CPU.
 
 To generate (`workload: generate`), optimum-onnx exports the causal language model with its key/value cache as inputs and
 outputs (once per model's weights, in the build cache), and its `ORTModelForCausalLM` runs it in a session with the same
@@ -56,6 +58,13 @@ class OnnxRuntimeOptions(BaseModel):
     # whether the intra-op threads spin while they wait for work (ONNX Runtime's default): false gives the cores back
     # between calls, at the cost of waking up (session.intra_op.allow_spinning)
     intra_op_spinning: bool = True
+    # on a GPU: the CUDA execution provider, or TensorRT's (its engines built at the first call of each shape), each
+    # falling back to the next for what it cannot run
+    gpu_provider: Literal["cuda", "tensorrt"] = "cuda"
+
+
+PROVIDERS = {"cuda": ("CUDAExecutionProvider",), "tensorrt": ("TensorrtExecutionProvider", "CUDAExecutionProvider")}
+GPU_INSTALL = "pip uninstall -y onnxruntime && pip install -e '.[onnxruntime-gpu]' (onnxruntime-gpu, in place of onnxruntime)"
 
 
 def int8_key(onnx: Artefact) -> dict[str, str]:
@@ -105,8 +114,28 @@ class OnnxRuntimeBackend(ExportedBackend):
         self._session_options.add_session_config_entry(SPINNING, "1" if self.options.intra_op_spinning else "0")
         self._session_options.log_severity_level = 3  # errors only
 
+    @property
+    def providers(self) -> list[Any]:
+        """The session's execution providers, first choice first (on a GPU, each with the GPU's index)."""
+        if not self.device.startswith("cuda"):
+            return ["CPUExecutionProvider"]
+        index = {"device_id": int(self.device.partition(":")[2] or 0)}
+        return [*((name, index) for name in PROVIDERS[self.options.gpu_provider]), "CPUExecutionProvider"]
+
     def unsupported(self) -> str | None:
-        return INT8_GENERATION if self.workload == "generate" and self.precision == "int8" else None
+        if self.workload == "generate" and self.precision == "int8":
+            return INT8_GENERATION
+        if not self.device.startswith("cuda"):
+            return None
+        if self.precision == "int8":
+            return "ONNX Runtime's dynamic int8 (MatMulInteger) runs on the CPU execution provider: use cpu-onnxruntime-int8"
+        available = ort.get_available_providers()
+        missing = [name for name in PROVIDERS[self.options.gpu_provider] if name not in available]
+        if not missing:
+            return None
+        if missing == ["TensorrtExecutionProvider"]:
+            return f"ONNX Runtime {ort.__version__} here has no TensorRT execution provider (it has {', '.join(available)}): install TensorRT's libraries for onnxruntime-gpu"
+        return f"ONNX Runtime {ort.__version__} here has no CUDA execution provider (it has {', '.join(available)}): {GPU_INSTALL}"
 
     def build(self, spec: ModelSpec, scale: str) -> Exported:
         if self.workload == "generate":
@@ -121,7 +150,7 @@ class OnnxRuntimeBackend(ExportedBackend):
                 int8 = quantized(onnx, self.cache_dir)
                 reference = build_reference(spec, scale, self.seed, cache_dir=self.cache_dir)
             path = int8.path / INT8_FILE
-        session = ort.InferenceSession(str(path), self._session_options, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(str(path), self._session_options, providers=self.providers)
         return Exported(session, reference, path)
 
     def build_generation(self, spec: ModelSpec, scale: str) -> Exported:
@@ -133,7 +162,7 @@ class OnnxRuntimeBackend(ExportedBackend):
         reference = build_reference(spec, scale, self.seed, cache_dir=self.cache_dir)
         causal_lm = optimum_onnxruntime.ORTModelForCausalLM  # imported before `quiet`
         with quiet():
-            model = causal_lm.from_pretrained(onnx.path, session_options=self._session_options, provider="CPUExecutionProvider")
+            model = causal_lm.from_pretrained(onnx.path, session_options=self._session_options, provider=self.providers[0][0] if self.device.startswith("cuda") else "CPUExecutionProvider")
         return Exported(model, reference, onnx.path / MODEL_FILE)
 
     def prepare(self, built: Exported, inputs: np.ndarray) -> Callable[[], Any]:
@@ -163,7 +192,7 @@ class OnnxRuntimeBackend(ExportedBackend):
             "graph_optimization": self.options.graph_optimization,
             "execution_mode": next(name for name, mode in EXECUTION_MODE.items() if options.execution_mode.name == mode),
             "intra_op_spinning": options.get_session_config_entry(SPINNING) == "1",
-            "execution_provider": "CPUExecutionProvider",
+            "execution_provider": self.providers[0] if isinstance(self.providers[0], str) else self.providers[0][0],
             "device": self.device,
         }
 
@@ -186,16 +215,17 @@ def knob_words(knob: str, value: Any) -> str:
 INFO = register(
     BackendInfo(
         framework="onnxruntime",
-        description="ONNX Runtime: the PyTorch model exported to ONNX, run by an InferenceSession (CPU execution provider)",
+        description="ONNX Runtime: the PyTorch model exported to ONNX, run by an InferenceSession (the CPU execution provider; CUDA's or TensorRT's on a GPU)",
         modes=("session",),
         precisions=("float32", "int8"),
-        devices=("cpu",),  # the onnxruntime package runs on the CPU; CUDA needs onnxruntime-gpu
+        devices=("cpu", "cuda"),  # the onnxruntime package runs on the CPU; CUDA needs onnxruntime-gpu (`unsupported` says so)
         options=OnnxRuntimeOptions,
         make=lambda settings: settings.make(OnnxRuntimeBackend),
         model_class="pytorch",
         versions=("onnxruntime", "onnx", "onnxscript", "torch", "optimum", "optimum-onnx"),
         requires=("onnxruntime", "onnx", "optimum-onnx"),  # torch.onnx.export(dynamo=False) writes the file with onnx; optimum-onnx exports to generate
         extra="onnxruntime",
+        gpu_build="onnxruntime-gpu",  # from the onnxruntime-gpu extra, in place of onnxruntime
         oom_messages=("Failed to allocate memory", "bad_alloc"),
         tune_knobs={"intra_op_spinning": (True, False)},
         knob_words=knob_words,

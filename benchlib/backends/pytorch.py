@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from unittest import mock
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from benchlib.backends import BackendInfo, lazy_import, register
 from benchlib.backends._generate import Generator, transformers_generator
@@ -44,11 +44,28 @@ class PyTorchOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     attn_implementation: Literal["eager", "sdpa"] | None = None  # None: the model's own default
+    # torch.compile's mode; reduce-overhead captures CUDA graphs on a GPU, which take the launching Python out of a call
     compile_mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = "default"
     # What OpenMP's threads do between two calls: active (spin, ready at once), passive (sleep, giving the cores back, and
     # pay a wake-up on the next call); null: the OpenMP runtime's default. Read by the runtime when it loads: the kernel
     # is started with OMP_WAIT_POLICY (`kernel_environment`).
     omp_wait_policy: Literal["active", "passive"] | None = None
+    # float32 matrix multiplies and convolutions on a GPU's TF32 matrix units (Ampere and later): 10 bits of mantissa
+    tf32: bool = False
+    # The one kernel scaled_dot_product_attention may use (torch.nn.attention.sdpa_kernel); null: PyTorch chooses. A kernel
+    # that cannot run a cell's shape or dtype makes that cell `unsupported`, with PyTorch's reason.
+    sdpa_kernel: Literal["flash", "efficient", "cudnn", "math"] | None = None
+
+    @model_validator(mode="after")
+    def _sdpa_needs_sdpa(self) -> PyTorchOptions:
+        if self.sdpa_kernel is not None and self.attn_implementation == "eager":
+            raise ValueError("sdpa_kernel chooses a kernel of scaled_dot_product_attention, which attn_implementation eager does not call: set attn_implementation to sdpa or leave it unset")
+        return self
+
+
+SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION", "math": "MATH"}
+# scaled_dot_product_attention's errors where no kernel allowed can run the inputs (on a GPU; on a CPU)
+NO_KERNEL = ("No available kernel", "No viable backend for scaled_dot_product_attention")
 
 
 def kernel_environment(options: PyTorchOptions) -> dict[str, str]:
@@ -229,6 +246,13 @@ class PyTorchBackend:
         self._served: tuple[Any, Callable[[Any], Any], list[tuple[int, ...]]] | None = None
         if self.on_gpu and (self._device.index or 0) >= torch.cuda.device_count():
             raise RuntimeError(f"device {self.device}: PyTorch sees {torch.cuda.device_count()} GPU(s) on this machine")
+        if self.on_gpu:
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = self.options.tf32
+        if self.options.sdpa_kernel is not None:  # for the whole kernel, never left: one environment per process
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            self._attention = sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[self.options.sdpa_kernel]))  # kept: closing it restores
+            self._attention.__enter__()
         if self.num_threads:
             torch.set_num_threads(self.num_threads)
         if self.num_interop_threads and torch.get_num_interop_threads() != self.num_interop_threads:
@@ -242,6 +266,8 @@ class PyTorchBackend:
         return self._device.type == "cuda"
 
     def unsupported(self) -> str | None:
+        if self.options.tf32 and not self.on_gpu:
+            return "tf32 is a mode of a CUDA GPU's matrix units (Ampere and later): a CPU has none"
         if self.precision == "bfloat16" and not self.on_gpu:
             return bfloat16_unsupported()
         if self.precision == "float16" and not self.on_gpu:
@@ -254,16 +280,40 @@ class PyTorchBackend:
         reference = build_reference(spec, scale, self.seed, self.options.attn_implementation, self.cache_dir)
         if self.mode == "torchscript":
             reference.config.torchscript = True  # only makes the model return tuples, which the tracer needs
-        if self.precision == "float32":  # traced or compiled graphs run the same module's weights
+        if self.precision == "float32":  # traced or compiled graphs, or TF32 units, run the same module's weights
             model = reference.to(self._device)
-            return Built(model, model if self.mode != "eager" else None)
+            return Built(model, model if self.mode != "eager" or self.options.tf32 else None)
         model = copy.deepcopy(reference).to(device=self._device, dtype=getattr(torch, DTYPES[self.precision]))
         return Built(model, reference)
 
     def as_inputs(self, ids: np.ndarray) -> Any:
         return torch.from_numpy(ids).to(self._device)
 
+    def explained(self, run: Callable[..., Any]) -> Callable[..., Any]:
+        """`run`, where an attention kernel is chosen (`sdpa_kernel`) and cannot run its inputs, raising `Unsupported`
+        with PyTorch's reason (the warnings it gives for each kernel it could not use, else its error)."""
+        kernel = self.options.sdpa_kernel
+        if kernel is None:
+            return run
+
+        def explaining(*args: Any) -> Any:
+            try:
+                return run(*args)
+            except RuntimeError as exc:
+                if not any(text in str(exc) for text in NO_KERNEL):
+                    raise
+                with warnings.catch_warnings(record=True) as seen, contextlib.suppress(RuntimeError):
+                    warnings.simplefilter("always")
+                    run(*args)
+                why = "; ".join(dict.fromkeys(" ".join(str(w.message).split()) for w in seen)) or " ".join(str(exc).split())
+                raise Unsupported(f"sdpa_kernel {kernel} cannot run this cell: {why}") from exc
+
+        return explaining
+
     def prepare(self, built: Built, inputs: Any) -> Callable[[], Any]:
+        return self.explained(self._prepare)(built, inputs)
+
+    def _prepare(self, built: Built, inputs: Any) -> Callable[[], Any]:
         model = built.model
         if self.mode == "torchscript":
             # The tracer warns about every Python branch it fixes for this shape: tracing per shape is the point.
@@ -282,7 +332,7 @@ class PyTorchBackend:
         def call() -> Any:
             return target(inputs)
 
-        return call
+        return self.explained(call)
 
     def server_call(self, built: Built, examples: Sequence[Any]) -> Callable[[Any], Any]:
         """A call on any of the shapes of `examples`: the model itself in eager mode, one trace per shape in TorchScript,
@@ -309,17 +359,33 @@ class PyTorchBackend:
         else:
             target = model
 
-        def call(x: Any) -> Any:
+        def serve(x: Any) -> Any:
             with torch.inference_mode():
                 return target(x)
 
+        call = self.explained(serve)
         for example in examples:
             call(example)
         self._served = (model, call, shapes)
         return call
 
     def reference_output(self, built: Built, inputs: Any) -> np.ndarray | None:
-        return None if built.reference is None else reference_output(built.reference, inputs)
+        if built.reference is None:
+            return None
+        with self.full_float32():
+            return reference_output(built.reference, inputs)
+
+    @contextlib.contextmanager
+    def full_float32(self) -> Iterator[None]:
+        """The reference's float32, all 23 bits of it: TF32's matrix units off while it runs, where `tf32` turned them on."""
+        if not (self.on_gpu and self.options.tf32):
+            yield
+            return
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        try:
+            yield
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 
     def generator(self, built: Built, inputs: Any) -> Generator:
         """transformers' `generate` with its dynamic key/value cache; with `compile`, a static cache and the forward
@@ -349,7 +415,10 @@ class PyTorchBackend:
         return Generator(generate, eager.new_ids, eager.clock, compiles_per_prompt=True)
 
     def reference_tokens(self, built: Built, inputs: Any, new_tokens: int) -> np.ndarray | None:
-        return None if built.reference is None else reference_tokens(built.reference, inputs, new_tokens)
+        if built.reference is None:
+            return None
+        with self.full_float32():
+            return reference_tokens(built.reference, inputs, new_tokens)
 
     def attn_implementation(self, built: Built) -> str:
         return str(getattr(built.config, "_attn_implementation", None) or "eager")

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from benchlib.backends import backend_info, frameworks, installed, not_installed
 from benchlib.config.catalogue import load_catalogue
 from benchlib.config.params import CELL, BenchmarkParams, ParameterError, format_validation_error, problem_field
 from benchlib.machine import gpus
@@ -31,6 +32,8 @@ DEFAULT_GRID = "quick"
 SETS_FILE = PARAMETERS_DIR / "sets.yaml"
 ALL_ENVIRONMENTS = "all"
 DEFAULT_ENVIRONMENTS: tuple[str, ...] = ("default",)  # a set of parameters/sets.yaml
+GPU_DEFAULT_ENVIRONMENTS: tuple[str, ...] = ("gpu-default",)  # the default job where nvidia-smi finds a GPU
+GPU_SET = "gpu"  # every GPU environment that runs with what is installed here (`environment_sets`)
 ENVIRONMENT_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 
 
@@ -85,11 +88,34 @@ def available(kind: str) -> list[str]:
 
 
 def environment_sets() -> dict[str, list[str]]:
-    """The named sets of environments: parameters/sets.yaml, and `all` (this machine's devices)."""
+    """The named sets of environments: parameters/sets.yaml, `all` (this machine's devices) and `gpu` (every GPU
+    environment whose packages are installed here: `runs_with_what_is_installed`)."""
     sets = {name: list(members) for name, members in load_parameter_file(SETS_FILE).items()}
     devices = ("cpu", "gpu") if gpus() else ("cpu",)
     sets[ALL_ENVIRONMENTS] = [name for name in available("environments") if name.split("-", 1)[0] in devices]
+    sets[GPU_SET] = [name for name in available("environments") if name.startswith("gpu-") and runs_with_what_is_installed(name)]
     return sets
+
+
+def runs_with_what_is_installed(name: str) -> bool:
+    """Whether the shipped environment `name` has what it needs installed: its backend's distributions, and on a GPU
+    the GPU build where its backend has one (onnxruntime-gpu for ONNX Runtime). Reads metadata only."""
+    values = load_parameter_file(PARAMETERS_DIR / "environments" / f"{name}.yaml")
+    framework = values.get("framework", "pytorch")
+    if framework not in frameworks() or not_installed(framework) is not None:
+        return False
+    build = backend_info(framework).gpu_build
+    return build is None or not str(values.get("device", "cpu")).startswith("cuda") or installed(build)
+
+
+def default_environments() -> tuple[tuple[str, ...], str | None]:
+    """The default job's environments, and where a GPU was found, the sentence that says so: the GPU default set where
+    nvidia-smi finds a GPU, else the CPU's."""
+    found = gpus()
+    if not found:
+        return DEFAULT_ENVIRONMENTS, None
+    names = ", ".join(dict.fromkeys(gpu.get("name", "a GPU") for gpu in found))
+    return GPU_DEFAULT_ENVIRONMENTS, f"nvidia-smi finds {names}: the default job is the GPU default set ({', '.join(GPU_DEFAULT_ENVIRONMENTS)})"
 
 
 def expand_environments(names: Iterable[str | Path]) -> list[str | Path]:

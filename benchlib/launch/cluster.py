@@ -34,6 +34,7 @@ from typing import Any
 
 from distributed import Client, Future, LocalCluster, Variable, get_worker
 from distributed.comm.addressing import parse_address, parse_host_port
+from distributed.comm.core import CommClosedError
 
 from benchlib import status
 from benchlib.config.jobs import EnvironmentJob, round_schedule, rounds_of
@@ -468,7 +469,13 @@ class ClusterRun:
         added = task.rows.add(records)
         if not added:
             return
-        task.variable.set(task.rows.text())
+        try:
+            task.variable.set(task.rows.text())
+        except (CommClosedError, OSError):  # the scheduler went away as the rows came: they are on disk; stop in one line
+            deadline = time.monotonic() + self.scheduler_wait_s
+            while self.client.status == "running" and time.monotonic() < deadline:  # until Dask's client sees it too
+                time.sleep(0.1)
+            self._scheduler_lost()
         if self.progress:
             done = task.rows.cells(task.job.params.current_round)
             for row in added:

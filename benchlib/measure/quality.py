@@ -56,8 +56,9 @@ def prepare_for(spec: ModelSpec, params: BenchmarkParams, examples: EvalSet) -> 
 
 
 def is_reference(params: BenchmarkParams) -> bool:
-    """Whether this environment is eager PyTorch float32, the reference every other is scored against."""
-    return (params.framework, params.mode, params.precision) == ("pytorch", "eager", "float32")
+    """Whether this environment is eager PyTorch float32 (on full float32 units, not TF32's), the reference every other
+    is scored against."""
+    return (params.framework, params.mode, params.precision) == ("pytorch", "eager", "float32") and not params.options.get("tf32")
 
 
 def batches(rows: Sequence[np.ndarray], batch: int) -> list[list[int]]:

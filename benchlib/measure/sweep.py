@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 
 from benchlib import status
 from benchlib.backends import (
-    TOLERANCE, Backend, backend_info, installed, is_out_of_memory, load_backend, model_class, not_installed, not_installed_message,
+    TOLERANCE, Backend, backend_info, installed, is_out_of_memory, load_backend, model_class, not_installed, not_installed_message, tolerance_key,
     resolve_threads, unsupported_reason, versions_of, without_scikit_learn_in_transformers,
 )
 from benchlib.config.catalogue import ModelSpec
@@ -94,7 +94,7 @@ def _forward_cell(
     if compared is None:
         return measurement, (status.OK, ""), busy
     columns = {"agreement_metric": compared.metric, "agreement": compared.value, **busy}
-    return dataclasses.replace(measurement, max_abs_diff=compared.max_abs_diff), within_tolerance(compared, params.precision), columns
+    return dataclasses.replace(measurement, max_abs_diff=compared.max_abs_diff), within_tolerance(compared, tolerance_key(params.precision, params.options)), columns
 
 
 LAUNCH_BOUND_BELOW = 0.5  # a GPU busy less than half of a call waits for the Python that launches its kernels
@@ -162,7 +162,7 @@ def measure_load_cell(
         if serving.get("quality") is not None and not run.generating and "served" not in serving:
             serving["served"] = accuracy_under_load(run, serving["quality"], env_dir, spec, params)
         columns = {**columns, **serving.get("served", {})}
-        if run.compared is not None and (judged := within_tolerance(run.compared, params.precision))[0] != status.OK:
+        if run.compared is not None and (judged := within_tolerance(run.compared, tolerance_key(params.precision, params.options)))[0] != status.OK:
             state, reason = judged  # served fast and wrong: not a result, as a cell's
     except Exception as exc:  # this cell fails, and the model's other scenarios if it failed preparing
         raise_if_interrupted(exc)

@@ -144,7 +144,7 @@ def test_validation_derives_frameworks_precisions_devices_and_options_from_the_r
         with pytest.raises(ParameterError) as caught:
             validate_params(tiny_params(tmp_path, **values))
         assert f"parameters: {field}: " in str(caught.value) and message in str(caught.value), str(caught.value)
-    defaults = {"graph_optimization": "all", "execution_mode": "sequential", "intra_op_spinning": True}
+    defaults = {"graph_optimization": "all", "execution_mode": "sequential", "intra_op_spinning": True, "gpu_provider": "cuda"}
     assert validate_params(tiny_params(tmp_path, framework="onnxruntime", mode="session")).options == defaults
 
 

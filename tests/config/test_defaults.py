@@ -87,7 +87,9 @@ def test_the_runner_passes_every_parameter_resolved(tmp_path: Path) -> None:
     injected = job.notebook_parameters()
     assert list(injected) == list(FIELDS)  # the notebook's own values never stand in for one the grid left out
     assert (injected["model_scale"], injected["repeat"], injected["number"]) == ("full", 30, 3)
-    assert injected["options"] == {"attn_implementation": None, "compile_mode": "default", "omp_wait_policy": None}  # the backend's defaults filled in
+    assert injected["options"] == {  # the backend's defaults filled in
+        "attn_implementation": None, "compile_mode": "default", "omp_wait_policy": None, "tf32": False, "sdpa_kernel": None,
+    }  # fmt: skip
     assert yaml.safe_load(yaml.safe_dump(injected)) == injected  # plain values, as papermill writes them into the notebook
 
 
