@@ -248,6 +248,7 @@ class ClusterRun:
         target: ClusterTarget | None = None, allow_mismatch: bool = False, scheduler_wait_s: float = DEFAULT_SCHEDULER_WAIT_S,
     ) -> None:  # fmt: skip
         self.client, self.jobs, self.report, self.progress, self.max_restarts = client, list(jobs), report, progress, max_restarts
+        self.address = client.scheduler.address if client.scheduler else "the scheduler's address"  # named still once it is gone
         self.target, self.allow_mismatch, self.scheduler_wait_s = target, allow_mismatch, scheduler_wait_s
         self.token = uuid.uuid4().hex[:10]
         self.topic = f"benchlib-{self.token}"
@@ -407,7 +408,7 @@ class ClusterRun:
         deadline = time.monotonic() + self.scheduler_wait_s
         while self.client.status == "connecting" and time.monotonic() < deadline:
             time.sleep(0.2)
-        address = self.client.scheduler.address if self.client.scheduler else "the scheduler's address"
+        address = self.client.scheduler.address if self.client.scheduler else self.address
         back = "it answers again, but the run's tasks went with the connection" if self.client.status == "running" else f"it did not come back within {self.scheduler_wait_s:g} s"
         raise SchedulerLostError(
             f"--cluster: the scheduler at {address} was lost mid-run ({back}): the rows received are in {self.run_dir}; "

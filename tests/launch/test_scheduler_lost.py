@@ -81,3 +81,32 @@ def test_a_lost_scheduler_stops_the_run_with_one_line_and_a_rerun_finishes_it(tm
     assert len(keys) == len(set(keys)) == 4 and set(rows["status"]) == {"ok"}
     info = json.loads((env_dir / "environment.json").read_text())
     assert info["cluster"] == {"address": address, "encryption": "none (--insecure)"}
+
+
+@pytest.mark.e2e
+def test_a_scheduler_lost_as_rows_arrive_stops_the_run_in_one_line_with_the_rows_kept(tmp_path: Path) -> None:
+    """The race of the run above, made to happen: the scheduler stops between a worker's rows reaching the client and
+    the client handing them on to the scheduler (its Variable). The rows are on disk; the run stops in one line."""
+    from distributed import Client, Variable
+
+    from benchlib.config.jobs import plan_run
+    from benchlib.launch.cluster import ClusterRun, SchedulerLostError, _Task
+    from benchlib.store.results import ReceivedRows, csv_record, make_row
+
+    processes = DaskProcesses(tmp_path, None)
+    address = processes.scheduler(free_port())
+    scheduler = processes.started[-1]
+    (job,) = plan_run(tmp_path / "run", "smoke", ["cpu-pytorch"])
+    client = Client(address, timeout=2)
+    try:
+        run = ClusterRun(client, [job], report=lambda line: None, progress=False, max_restarts=0, scheduler_wait_s=2)
+        task = _Task(job, 0, "[1/1]", 1, ReceivedRows(job.output_dir), Variable(f"rows-{job.name}", client=client))
+        stop(scheduler)
+        row = make_row({"environment": job.name, "model": "gpt2", "batch_size": 1, "sequence_length": 8, "round": 1, "attempt": 1}, "ok")
+        with pytest.raises(SchedulerLostError) as lost:
+            run._rows(task, [csv_record(row).decode("utf-8")])
+        assert "\n" not in str(lost.value) and str(lost.value).startswith(f"--cluster: the scheduler at {address} was lost mid-run")
+        assert rows_written(job.output_dir) == 1  # the row it was handing on is kept
+    finally:
+        client.close(timeout=2)
+        processes.stop_all()
