@@ -248,7 +248,8 @@ class ClusterRun:
         target: ClusterTarget | None = None, allow_mismatch: bool = False, scheduler_wait_s: float = DEFAULT_SCHEDULER_WAIT_S,
     ) -> None:  # fmt: skip
         self.client, self.jobs, self.report, self.progress, self.max_restarts = client, list(jobs), report, progress, max_restarts
-        self.address = client.scheduler.address if client.scheduler else "the scheduler's address"  # named still once it is gone
+        scheduler = getattr(client, "scheduler", None)
+        self.address = scheduler.address if scheduler else "the scheduler's address"  # named still once Dask has dropped it
         self.target, self.allow_mismatch, self.scheduler_wait_s = target, allow_mismatch, scheduler_wait_s
         self.token = uuid.uuid4().hex[:10]
         self.topic = f"benchlib-{self.token}"
