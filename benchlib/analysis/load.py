@@ -251,10 +251,9 @@ def findings(table: pd.DataFrame, fastest: pd.DataFrame, speedups: pd.DataFrame,
         for (_, line), many in zip(lines.iterrows(), several):
             short = lambda figure: figure_text(line["scenario"], line["column"], figure, "").removeprefix("serves ").removesuffix(" under the latency bound")  # noqa: E731
             name = f"{line['scenario']} ({line['column']})" if many else line["scenario"]
-            best[name] = line["fastest"]
-            if line["fastest_keeping_99"]:
-                kept[name] = line["fastest_keeping_99"]
-            keeping = line["fastest_keeping_99"]
+            best[name], keeping = line["fastest"], line["fastest_keeping_99"]
+            if keeping:
+                kept[name] = keeping
             rows.append({
                 "scenario": name, "fastest": line["fastest"], "figure": short(line["figure"]),
                 "speed-up": _speedup_text(speedups, model, line["scenario"], line["fastest"]), "agreement": f"{line['agreement']:.5g}",

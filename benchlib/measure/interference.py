@@ -37,8 +37,8 @@ _STEAL_FIELD = 7
 
 @dataclass(frozen=True)
 class Interference:
-    """Other processes' share of the machine's CPU capacity over one interval, and where a LoadGen test was read by a
-    `DeviceMonitor`, the device's state over it."""
+    """Other processes' share of the machine's CPU capacity over one interval, and where a `DeviceMonitor` read the device
+    (a cell's samples, a LoadGen test), its state: a slowed device disturbs a figure as other work does."""
 
     fraction: float  # 0 to 1
     resolution: float  # one clock tick as a fraction of the interval's capacity

@@ -458,8 +458,6 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
         def emit(cell: Cell, state: str, measurement: Measurement | GenerationMeasurement | None = None, reason: str = "", **build: Any) -> None:
             interference = measurement.interference if measurement else None
             disturbed = interference.disturbed(params.max_interference) if interference else ""
-            if measurement is not None and measurement.device is not None and measurement.device.slowed():
-                disturbed = True  # a GPU below its sustained clock, or throttled: measured again, like interference
             spec = params.model_spec(cell[0])
             forward_pass = measurement and params.workload == "forward" and has_formula(spec)  # generation's FLOPs are not counted
             flops = analytic_flops(spec, params.model_scale, cell[1], cell[2]) if forward_pass else ""

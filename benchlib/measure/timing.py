@@ -10,6 +10,7 @@ Garbage collection is off while samples are taken (as in `timeit` and `torch.uti
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import math
@@ -279,6 +280,8 @@ def sampled(
         samples, reason = take_samples(take_and_read if monitor is not None else take, spec, clock)
         device = monitor.end() if monitor is not None else None
         interference = meter.stop() if meter is not None else None
+        if interference is not None and device is not None:  # a slowed device disturbs the cell as other work does
+            interference = dataclasses.replace(interference, device=device)
     finally:
         if collecting:
             gc.enable()
