@@ -93,6 +93,11 @@ def no_kernel_environment(options: BaseModel) -> dict[str, str]:
     return {}
 
 
+def no_gpu_tune_knobs(mode: str, precision: str) -> dict[str, tuple[Any, ...]]:
+    """A backend with no options worth trying on a GPU."""
+    return {}
+
+
 @dataclass(frozen=True)
 class BackendInfo:
     """One backend as the registry knows it, without importing its framework."""
@@ -116,8 +121,10 @@ class BackendInfo:
     # The environment variables a kernel must start with for these options to take effect (a runtime reads them once, when
     # it loads): the runner starts each kernel with them (`kernel_variables`).
     kernel_environment: Callable[[Any], dict[str, str]] = no_kernel_environment
-    # Its own options a tune's automatic space tries, each with the values worth trying (config/tune.py).
+    # Its own options a tune's automatic space tries, each with the values worth trying (config/tune.py); on a GPU, those
+    # of `gpu_tune_knobs(mode, precision)` instead.
     tune_knobs: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    gpu_tune_knobs: Callable[[str, str], dict[str, tuple[Any, ...]]] = no_gpu_tune_knobs
     # A knob's setting in the runtime's own words (its API or environment variable), for the settings to deploy.
     knob_words: Callable[[str, Any], str] = plain_knob_words
 
@@ -267,7 +274,9 @@ class Backend(Protocol):
     def server_call(self, model: Any, examples: Sequence[Any]) -> Callable[[Any], Any]:
         """For a load scenario, one stream's call: one inference on any inputs of the shapes of `examples` (this backend's
         inputs), each prepared (traced, compiled) and run once now; a stream's own session or infer request where the
-        backend needs one. Called once per stream; the call may run in another thread."""
+        backend needs one (on a GPU, a CUDA stream of its own). The call returns once its output is ready (on a GPU, its
+        own stream's work done: never a wait for the other streams'). Called once per stream; the call may run in another
+        thread."""
 
     def generator(self, model: Any, inputs: Any) -> Generator:
         """For `workload: generate`, a model built for it ready to generate from the prompt `inputs` (compiled for it where

@@ -15,7 +15,9 @@ import importlib
 import os
 import re
 import warnings
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -337,11 +339,23 @@ class PyTorchBackend:
     def server_call(self, built: Built, examples: Sequence[Any]) -> Callable[[Any], Any]:
         """A call on any of the shapes of `examples`: the model itself in eager mode, one trace per shape in TorchScript,
         one compiled model in torch.compile (dynamic=False, its recompile limit raised to the shapes), each shape run once
-        now. Each call runs in inference mode, which is per thread. Every stream of a model shares one call: a module
-        needs nothing of a stream's own, and compiling again would undo the other streams' graphs."""
+        now. Each call runs in inference mode, which is per thread. Every stream of a model shares the model's call:
+        a module needs nothing of a stream's own, and compiling again would undo the other streams' graphs. On a GPU
+        each stream runs it in a thread and CUDA stream of its own (`on_own_stream`)."""
         model, shapes = built.model, [tuple(x.shape) for x in examples]
-        if self._served is not None and self._served[0] is model and self._served[2] == shapes:
-            return self._served[1]
+        made = self._served is None or self._served[0] is not model or self._served[2] != shapes
+        if made:
+            self._served = (model, self._model_call(model, examples), shapes)
+        assert self._served is not None
+        call = self._served[1]
+        if self.on_gpu:
+            return on_own_stream(call, examples, torch.cuda.Stream(self._device))
+        for example in examples if made else ():
+            call(example)
+        return call
+
+    def _model_call(self, model: Any, examples: Sequence[Any]) -> Callable[[Any], Any]:
+        """The call every stream of `model` shares (see `server_call`), not run yet."""
         if self.mode == "torchscript":
             with torch.inference_mode(), traceable_masks(), warnings.catch_warnings():
                 warnings.simplefilter("ignore", torch.jit.TracerWarning)
@@ -363,11 +377,7 @@ class PyTorchBackend:
             with torch.inference_mode():
                 return target(x)
 
-        call = self.explained(serve)
-        for example in examples:
-            call(example)
-        self._served = (model, call, shapes)
-        return call
+        return self.explained(serve)
 
     def reference_output(self, built: Built, inputs: Any) -> np.ndarray | None:
         if built.reference is None:
@@ -468,6 +478,30 @@ class PyTorchBackend:
         return {"torch": torch.__version__, "cuda": str(torch.version.cuda), "cudnn": str(torch.backends.cudnn.version())}
 
 
+def on_own_stream(call: Callable[[Any], Any], examples: Sequence[Any], stream: Any) -> Callable[[Any], Any]:
+    """`call` as one serving stream runs it on a GPU: in a thread of its own kept for the cell, whose current CUDA stream
+    is `stream` (a `torch.cuda.Stream`), so that one stream's batch runs on the card while another's is launched, and
+    each stream waits for its own work only. The thread is the stream's for good because torch.compile's CUDA graphs
+    are recorded per thread (cudagraph trees): each of `examples` is run in it now, so that its graphs are recorded
+    before any request is timed. The inputs, copied to the GPU by the caller's stream, are waited for first."""
+    worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cuda-stream", initializer=torch.cuda.set_stream, initargs=(stream,))
+    default = torch.cuda.default_stream(stream.device)
+
+    def run(x: Any) -> Any:
+        stream.wait_stream(default)
+        output = call(x)
+        stream.synchronize()
+        return output
+
+    def on_stream(x: Any) -> Any:
+        return worker.submit(run, x).result()
+
+    weakref.finalize(on_stream, worker.shutdown, wait=False)  # the thread ends with the last reference to the call
+    for example in examples:
+        on_stream(example)
+    return on_stream
+
+
 def kernel_seconds(events: Iterable[Any]) -> float:
     """The seconds a GPU ran kernels, from a profile's events (`torch.profiler.profile(...).events()`): the self device
     time of every event that ran on the GPU (kernels, memory copies and sets), in microseconds in the profile."""
@@ -492,6 +526,14 @@ def thread_settings() -> dict[str, Any]:
     return settings
 
 
+def gpu_tune_knobs(mode: str, precision: str) -> dict[str, tuple[Any, ...]]:
+    """What a tune tries on a GPU: torch.compile's modes (CUDA graphs, autotuned kernels) where compiled, and the attention
+    kernel (FlashAttention and cuDNN's run float16 and bfloat16 only)."""
+    kernels = ("flash", "efficient", "cudnn", "math") if precision in ("float16", "bfloat16") else ("efficient", "math")
+    modes = {"compile_mode": ("default", "reduce-overhead", "max-autotune")} if mode == "compile" else {}
+    return {**modes, "sdpa_kernel": kernels}
+
+
 def knob_words(knob: str, value: Any) -> str:
     """A knob's setting in PyTorch's own words."""
     words = {
@@ -500,7 +542,10 @@ def knob_words(knob: str, value: Any) -> str:
         "omp_wait_policy": f"OMP_WAIT_POLICY={str(value).upper()} in the environment before the process starts (OpenMP reads it once)",
         "attn_implementation": f"from_pretrained(..., attn_implementation={value!r})",
         "compile_mode": f"torch.compile(model, mode={value!r})",
+        "tf32": f"torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = {value!r}",
     }
+    if knob == "sdpa_kernel":
+        return "PyTorch's own choice of attention kernel" if value is None else f"with sdpa_kernel(SDPBackend.{SDPA_BACKENDS[value]}): around the calls"
     return words.get(knob, f"{knob}: {value}")
 
 
@@ -518,6 +563,7 @@ INFO = register(
         oom_classes=("OutOfMemoryError",),  # torch.cuda.OutOfMemoryError and torch.OutOfMemoryError
         oom_messages=("can't allocate memory", "CUDA out of memory"),  # CPU allocator; CUDA caching allocator
         tune_knobs={"omp_wait_policy": ("active", "passive")},
+        gpu_tune_knobs=gpu_tune_knobs,
         knob_words=knob_words,
     )
 )

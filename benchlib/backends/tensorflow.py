@@ -146,13 +146,16 @@ class TensorFlowBackend:
         return call
 
     def server_call(self, built: Built, examples: Sequence[tf.Tensor]) -> Callable[[tf.Tensor], Any]:
-        """A call on any of the shapes of `examples`: one `tf.function` (XLA with mode xla), traced for each shape now."""
+        """A call on any of the shapes of `examples`: one `tf.function` (XLA with mode xla), traced for each shape now, that
+        returns once the device is done (TensorFlow chooses its GPU streams itself)."""
         model = built.model
         function = tf.function(lambda ids: model(ids, training=False), jit_compile=self.mode == "xla")
 
         def call(x: tf.Tensor) -> Any:
             with tf.device(self._device):
-                return function(x)
+                output = function(x)
+            self.sync(output)
+            return output
 
         for example in examples:
             call(example)

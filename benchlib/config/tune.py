@@ -3,9 +3,11 @@
 `tune: {objective, space}` in the parameters names the objective (`server`: the largest rate VALID under the bound;
 `offline`: samples per second; `single-stream`: the lowest latency at its percentile) and the space: each knob a list of
 values, the kit's (`KIT_KNOBS`) or a backend's own options (its options model says which and what values; in a space
-shared by several environments, each backend's knobs apply to its own). Without a
-space, an automatic one: streams dividing the cores (the threads divided among them), `max_batch` in powers of two up
-to 16 where requests are batched, and the knobs the backend declares worth trying (`BackendInfo.tune_knobs`). The
+shared by several environments, each backend's knobs apply to its own). Without a space, an automatic one: on a CPU,
+streams dividing the cores (the threads divided among them), `max_batch` in powers of two up to 16 where requests are
+batched, and the knobs the backend declares worth trying (`BackendInfo.tune_knobs`); on a GPU, streams as CUDA streams
+(1, 2 and 4), `max_batch` up to 64, the server's batch timeout, and the backend's GPU knobs (`BackendInfo.gpu_tune_knobs`:
+PyTorch's compile mode and attention kernel). Values the environment's own options refuse beside them are left out. The
 environment's own setting of every knob is always one of its values, so the best point tried is never worse than the
 default by construction.
 """
@@ -23,6 +25,10 @@ OBJECTIVES: tuple[str, ...] = ("server", "offline", "single-stream")
 # The kit's own knobs: threads (divided among the streams), streams, and how requests are batched.
 KIT_KNOBS: tuple[str, ...] = ("streams", "num_threads", "num_interop_threads", "max_batch", "batch_timeout_ms")
 AUTOMATIC_MAX_BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16)
+# On a GPU: the streams (each a CUDA stream of its own), larger batches, and how long a server's batch waits for more
+GPU_STREAMS: tuple[int, ...] = (1, 2, 4)
+GPU_MAX_BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+GPU_BATCH_TIMEOUTS_MS: tuple[float, ...] = (0.0, 1.0, 2.0, 5.0)
 Point = dict[str, Any]
 
 
@@ -88,16 +94,36 @@ def default_point(values: dict[str, Any], knobs: list[str]) -> Point:
     return {knob: values[knob] if knob in KIT_KNOBS else values["options"][knob] for knob in knobs}
 
 
-def automatic_space(framework: str, scenario: str, workload: str, cores: int | None = None) -> dict[str, list[Any]]:
-    """The space searched where none is given: streams dividing the cores (the threads divided among them), the batch
-    size where requests are batched, and the backend's own knobs worth trying."""
-    cores = cores or usable_cores()
+def automatic_space(
+    framework: str, scenario: str, workload: str, cores: int | None = None, device: str = "cpu", mode: str = "", precision: str = "float32",
+    options: dict[str, Any] | None = None,
+) -> dict[str, list[Any]]:  # fmt: skip
+    """The space searched where none is given (the module's docstring), for an environment of `framework` in `mode` and
+    `precision` on `device` whose own backend options are `options`."""
+    info, on_gpu = backend_info(framework), device.startswith("cuda")
     space: dict[str, list[Any]] = {}
     if workload != "generate":
-        space["streams"] = [n for n in range(1, cores + 1) if cores % n == 0]
+        cores = cores or usable_cores()
+        space["streams"] = list(GPU_STREAMS) if on_gpu else [n for n in range(1, cores + 1) if cores % n == 0]
     if scenario != "single-stream":  # one request at a time: nothing to batch
-        space["max_batch"] = list(AUTOMATIC_MAX_BATCHES)
-    return {**space, **{knob: list(values) for knob, values in backend_info(framework).tune_knobs.items()}}
+        space["max_batch"] = list(GPU_MAX_BATCHES if on_gpu else AUTOMATIC_MAX_BATCHES)
+    if on_gpu and scenario == "server":
+        space["batch_timeout_ms"] = list(GPU_BATCH_TIMEOUTS_MS)
+    knobs = info.gpu_tune_knobs(mode, precision) if on_gpu else info.tune_knobs
+    for knob, values in knobs.items():
+        allowed = [value for value in values if _accepted(info.options, options or {}, knob, value)]
+        if allowed:
+            space[knob] = allowed
+    return space
+
+
+def _accepted(options_model: Any, options: dict[str, Any], knob: str, value: Any) -> bool:
+    """Whether the backend's options model takes `value` for `knob` beside the environment's other `options`."""
+    try:
+        options_model(**{**options, knob: value})
+    except ValidationError:
+        return False
+    return True
 
 
 def full_space(space: dict[str, list[Any]], default: Point) -> dict[str, list[Any]]:
@@ -118,5 +144,8 @@ def tune_space(params: Any) -> dict[str, list[Any]]:
     environment's own setting of each knob among the values."""
     own = set(KIT_KNOBS) | set(backend_info(params.framework).options.model_fields)
     given = {knob: values for knob, values in params.tune.space.items() if knob in own}
-    given = given or automatic_space(params.framework, params.tune.objective, params.workload)
+    given = given or automatic_space(
+        params.framework, params.tune.objective, params.workload, device=params.device, mode=params.mode, precision=params.precision,
+        options=params.options,
+    )  # fmt: skip
     return full_space(given, default_point(params.model_dump(), list(given)))
