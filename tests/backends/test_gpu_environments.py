@@ -126,6 +126,12 @@ def test_tf32_on_a_cpu_is_unsupported_with_the_reason() -> None:
 
 def test_the_gpu_environments_are_in_the_sets_and_every_one_has_its_file() -> None:
     assert set(jobs.environment_sets()["gpu-default"]) <= set(available("environments"))
+    generating = jobs.environment_sets()["gpu-generate"]
+    assert "gpu-torch-compile-cudagraphs" in generating and set(generating) <= set(available("environments"))
+    prompts = load_parameter_file(resolve_parameter_file("generate-quick", "grids"))
+    for name in generating:  # each generates on the GPU with the generation grid
+        params = validate_params({**load_parameter_file(resolve_parameter_file(name, "environments")), **prompts, "output_dir": "/tmp/unused"})
+        assert params.workload == "generate" and params.device == "cuda"
 
 
 def test_onnx_runtimes_gpu_build_is_an_extra_of_its_own_never_in_all() -> None:

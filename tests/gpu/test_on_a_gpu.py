@@ -52,3 +52,25 @@ def test_a_short_load_run_on_the_gpu_reads_the_card_over_each_test(tmp_path: Pat
     row = run_environment(loaded, progress=False).iloc[0]
     assert row["status"] == "ok" and row["gpu_clock_mhz"] > 0 and row["energy_unit"] == "sample" and row["energy_j"] > 0
     assert 1 <= row["served_batch_mean"] <= 8 and row["served_call_p50_s"] > 0
+
+
+def test_two_streams_of_cuda_graphs_serve_each_from_its_own_thread_and_stream(tmp_path: Path) -> None:
+    """torch.compile's CUDA graphs are recorded per thread: each stream's are recorded before LoadGen starts."""
+    pytest.importorskip("mlperf_loadgen", reason="LoadGen is the load scenarios' extra")
+    loaded = environment("gpu-torch-compile-cudagraphs", tmp_path, scenario="offline", request_lengths=[8, 64], max_batch=4, streams=2,
+                         min_duration_s=1.0, min_query_count=10)  # fmt: skip
+    del loaded["batch_sizes"], loaded["sequence_lengths"]
+    rows = run_environment(loaded, progress=False)
+    assert rows["status"].eq("ok").all(), rows[["model", "status", "reason"]].to_string()
+    assert (rows["served_call_p99_s"] < 10 * rows["served_call_p50_s"]).all()  # no graph recorded while timed
+
+
+@pytest.mark.parametrize("name", ["gpu-pytorch", "gpu-torch-compile-cudagraphs"])
+def test_generation_on_the_gpu_eager_and_with_a_static_cache_in_cuda_graphs(name: str, tmp_path: Path) -> None:
+    values = yaml.safe_load((PARAMETERS_DIR / "environments" / f"{name}.yaml").read_text(encoding="utf-8"))
+    grid = yaml.safe_load((PARAMETERS_DIR / "grids" / "generate-smoke.yaml").read_text(encoding="utf-8"))
+    rows = run_environment({**values, **grid, "output_dir": str(tmp_path / name)}, progress=False)
+    assert set(rows["status"]) == {"ok"}, rows[["model", "status", "reason"]].to_string()
+    assert (rows["tokens_per_s"] > 0).all()
+    if name != "gpu-pytorch":  # eager float32 is the reference itself
+        assert (rows["token_agreement"].astype(float) >= 0.99).all(), rows[["model", "token_agreement"]].to_string()
