@@ -69,7 +69,7 @@ def test_environment_sets_expand_and_all_is_every_environment_of_this_machine(tm
     assert expand_environments(["study", "cpu-pytorch", "cpu-onnxruntime"]) == [
         "cpu-pytorch", "cpu-torchscript", "cpu-tensorflow", "cpu-tensorflow-xla", "cpu-onnxruntime",
     ]  # fmt: skip
-    with pytest.raises(ParameterError, match=r"environment 'fastest' not found; available: .*; sets: study, default, today, gpu-study, gpu-default, generate, all, gpu"):
+    with pytest.raises(ParameterError, match=r"environment 'fastest' not found; available: .*; sets: study, default, today, gpu-study, gpu-default, generate, gpu-generate, all, gpu"):
         plan_run(tmp_path, "smoke", ["fastest"])
 
 
