@@ -73,12 +73,9 @@ def space_problems(spec: TuneSpec, framework: str, options: dict[str, Any], work
             elif knob == "streams" and workload == "generate" and values != [1]:
                 problems.append(f"{where}: a load scenario that generates is served by one stream")
         else:
-            for value in values:
-                try:
-                    info.options(**{**options, knob: value})
-                except ValidationError as error:
-                    problems.append(f"{where}: {value!r}: {error.errors()[0]['msg'].removeprefix('Value error, ')}")
-                    break
+            refused = [(value, problem) for value in values if (problem := _option_problem(info.options, options, knob, value))]
+            if refused:
+                problems.append(f"{where}: {refused[0][0]!r}: {refused[0][1]}")
     return problems
 
 
@@ -111,19 +108,20 @@ def automatic_space(
         space["batch_timeout_ms"] = list(GPU_BATCH_TIMEOUTS_MS)
     knobs = info.gpu_tune_knobs(mode, precision) if on_gpu else info.tune_knobs
     for knob, values in knobs.items():
-        allowed = [value for value in values if _accepted(info.options, options or {}, knob, value)]
+        allowed = [value for value in values if _option_problem(info.options, options or {}, knob, value) is None]
         if allowed:
             space[knob] = allowed
     return space
 
 
-def _accepted(options_model: Any, options: dict[str, Any], knob: str, value: Any) -> bool:
-    """Whether the backend's options model takes `value` for `knob` beside the environment's other `options`."""
+def _option_problem(options_model: Any, options: dict[str, Any], knob: str, value: Any) -> str | None:
+    """Why the backend's options model refuses `value` for `knob` beside the environment's other `options` (None where it
+    takes it)."""
     try:
         options_model(**{**options, knob: value})
-    except ValidationError:
-        return False
-    return True
+    except ValidationError as error:
+        return str(error.errors()[0]["msg"]).removeprefix("Value error, ")
+    return None
 
 
 def full_space(space: dict[str, list[Any]], default: Point) -> dict[str, list[Any]]:

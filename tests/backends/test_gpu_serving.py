@@ -13,8 +13,8 @@ import torch
 
 from benchlib.backends import backend_info
 from benchlib.backends.pytorch import on_own_stream
-from benchlib.config.tune import automatic_space, tune_space
 from benchlib.config.params import validate_params
+from benchlib.config.tune import automatic_space, tune_space
 
 
 class FakeStream:
