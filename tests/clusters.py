@@ -3,11 +3,13 @@ the certificates of `benchlib cluster certs` (or none, for plain text on loopbac
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,10 +50,21 @@ class DaskProcesses:
         self.started.append(process)
         return process
 
-    def scheduler(self, port: int, log: str = "scheduler.log") -> str:
-        """Start a scheduler (TLS with the certificates, else plain tcp); its address."""
-        self.start("scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard", *(tls_options(self.certs, "scheduler") if self.certs else []), log=log)
-        return f"{'tls' if self.certs else 'tcp'}://127.0.0.1:{port}"
+    def scheduler(self, log: str = "scheduler.log") -> str:
+        """Start a scheduler (TLS with the certificates, else plain tcp) on a port it binds itself (a port probed free
+        beforehand can be taken by another test's process before the scheduler binds it); its address, once it listens."""
+        found = self.logs / f"{Path(log).stem}.json"
+        found.unlink(missing_ok=True)
+        process = self.start(
+            "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard", "--scheduler-file", str(found),
+            *(tls_options(self.certs, "scheduler") if self.certs else []), log=log,
+        )  # fmt: skip
+        deadline = time.monotonic() + 120
+        while not found.is_file() or not found.read_text(encoding="utf-8").strip():  # written once it listens
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"dask scheduler did not start: {(self.logs / log).read_text(encoding='utf-8')[-2000:]}")
+            time.sleep(0.1)
+        return str(json.loads(found.read_text(encoding="utf-8"))["address"])
 
     def worker(self, address: str, name: str, env: dict[str, str] | None = None) -> subprocess.Popen:
         """Start one benchmark worker of the scheduler at `address`, its local directory `<logs>/<name>`."""

@@ -215,7 +215,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, certs: Path) -> Iterator[C
     """A TLS scheduler on 127.0.0.1 and two workers (one benchmark each), with `cluster certs`' files; stopped afterwards."""
     processes = DaskProcesses(tmp_path_factory.mktemp("cluster-logs"), certs)
     try:
-        address = processes.scheduler(free_port())
+        address = processes.scheduler()
         running_cluster = Cluster(address, certs, [], processes)
         running_cluster.top_up()
         yield running_cluster
@@ -411,7 +411,7 @@ def test_a_wrong_address_or_certificate_is_one_line_within_the_connect_timeout(
         shutil.copy2(other / name, mixed)
     tls_host = cluster.address.removeprefix("tls://")
     try:
-        plain_address = plain.scheduler(free_port())
+        plain_address = plain.scheduler()
         plain.wait_for(plain_address, 0)
         with Listener() as http_host, Listener(b"SSH-2.0-OpenSSH_9.2p1\r\n") as ssh_host:
             cases = [

@@ -16,7 +16,7 @@ import yaml
 from benchlib import read_results
 from benchlib.paths import PROJECT_ROOT
 from benchlib.store.results import rows_written
-from tests.clusters import DaskProcesses, free_port, stop
+from tests.clusters import DaskProcesses, stop
 
 # Four cells, long enough that the scheduler can be stopped between the first row and the last.
 LONGER = {"models": ["gpt2", "bert-base-cased"], "sequence_lengths": [8, 16], "repeat": 20, "remeasure": 0}
@@ -32,7 +32,7 @@ def run_command(address: str, params: Path, run_dir: Path) -> list[str]:
 
 def started(processes: DaskProcesses, name: str) -> tuple[str, subprocess.Popen, subprocess.Popen]:
     """A plain scheduler on loopback and one benchmark worker, ready."""
-    address = processes.scheduler(free_port(), log=f"{name}-scheduler.log")
+    address = processes.scheduler(log=f"{name}-scheduler.log")
     worker = processes.worker(address, f"{name}-worker")
     processes.wait_for(address, 1)
     return address, processes.started[-2], worker
@@ -94,7 +94,7 @@ def test_a_scheduler_lost_as_rows_arrive_stops_the_run_in_one_line_with_the_rows
     from benchlib.store.results import ReceivedRows, csv_record, make_row
 
     processes = DaskProcesses(tmp_path, None)
-    address = processes.scheduler(free_port())
+    address = processes.scheduler()
     scheduler = processes.started[-1]
     (job,) = plan_run(tmp_path / "run", "smoke", ["cpu-pytorch"])
     client = Client(address, timeout=2)
