@@ -1,6 +1,7 @@
 # make run   the default job: six CPU environments on the quick grid, in two rounds, then the summary
 # make test  the test suite: the kit's logic and one end-to-end check of each guarantee, on two workers
 # make test-full  the exhaustive suite: also every catalogue model in every environment, on two workers
+# make test-as-slowest  make test as on the slowest machine type, on a faster one: one core, AVX2 code paths only
 # make test-gpu   the tests marked gpu, on a machine with a CUDA GPU (each skipped with the reason without one)
 # make lab   JupyterLab on notebooks/, with a kernel that has the kit installed
 # make docs  the documentation site, built from docs/ (and the code, for its reference pages) into site/
@@ -8,23 +9,33 @@
 # each backend's, the cluster's and the documentation's: .[all,docs,test] (again only when pyproject.toml changes).
 # Extra arguments: make run ARGS="--grid smoke", make test ARGS="-x".
 # The tests run on TEST_WORKERS pytest-xdist workers (tests/conftest.py says how they share the machine);
-# TEST_WORKERS=0 runs them in this process, one after the other.
+# TEST_WORKERS=0 runs them in this process, one after the other. `make test` writes each test's and fixture's time to
+# .test-times/<date>-<time>.json; `.venv/bin/python benchmarks/suite_time.py report` says where the time went.
 
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 TEST_WORKERS ?= 2
+TEST_TIMES := .test-times/$(shell date +%Y%m%d-%H%M%S).json
 BROWSER := /usr/bin/chromedriver
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: run test test-full test-gpu lab docs install
+# The slowest type seen is a 2-core AMD EPYC with AVX2 only: one core of a faster CPU, its PyTorch (and inductor's
+# kernels), oneDNN (PyTorch's, TensorFlow's and OpenVINO's) and XLA held to AVX2, comes near it. ONNX Runtime has no
+# such switch: its kernels keep the machine's instruction sets.
+AS_SLOWEST := ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 XLA_FLAGS=--xla_cpu_max_isa=AVX2 taskset -c 0
+
+.PHONY: run test test-full test-as-slowest test-gpu lab docs install
 
 run: $(INSTALLED)
 	$(PY) -m benchlib run $(ARGS)
 
 test: $(INSTALLED) $(BROWSER)
-	$(PY) -m pytest -n $(TEST_WORKERS) $(ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --durations=10 --test-times=$(TEST_TIMES) $(ARGS)
+
+test-as-slowest: $(INSTALLED) $(BROWSER)
+	$(AS_SLOWEST) $(PY) -m pytest -n $(TEST_WORKERS) --durations=10 --test-times=$(TEST_TIMES) $(ARGS)
 
 test-full: $(INSTALLED) $(BROWSER)
 	$(PY) -m pytest -n $(TEST_WORKERS) --full $(ARGS)

@@ -30,6 +30,11 @@ AVX512_CORE_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq")
 BF16_AVX512_FLAGS = (*AVX512_CORE_FLAGS, "avx512_vnni", "avx512_bf16")
 BF16_AVX2_FLAGS = ("avx2", "avx_vnni", "avx_vnni_int8", "avx_ne_convert")
 BF16_CONVERT_FLAG = "avx_ne_convert"
+# oneDNN's instruction sets, lowest first, as ONEDNN_MAX_CPU_ISA (or DNNL_MAX_CPU_ISA) names them: a cap keeps
+# oneDNN off every set above it, its native bfloat16 paths (AVX2_VNNI_2, AVX512_CORE_BF16) included
+ONEDNN_ISAS = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI", "AVX512_CORE_BF16",
+               "AVX10_1_512", "AVX512_CORE_FP16", "AVX10_1_512_AMX", "AVX512_CORE_AMX", "AVX10_1_512_AMX_FP16", "AVX512_CORE_AMX_FP16")
+ONEDNN_ISA_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
 
 
 def cpu_model(cpuinfo: Path | None = None) -> str:
@@ -75,6 +80,37 @@ def bfloat16_cpu_reason(flags: set[str] | None) -> str | None:
     needed = BF16_AVX2_FLAGS if present == [BF16_CONVERT_FLAG] else BF16_AVX512_FLAGS
     missing = [flag for flag in needed if flag not in flags]
     return f"this CPU has {', '.join(present)} but not {', '.join(missing)}, which oneDNN's native bfloat16 path needs beside it"
+
+
+def onednn_isa_cap_reason(flags: set[str], environ: dict[str, str] | None = None) -> str | None:
+    """Why oneDNN may not use this CPU's native bfloat16 path though it has it: ONEDNN_MAX_CPU_ISA (or DNNL_MAX_CPU_ISA)
+    caps it below the set that path needs; None without a cap, or with one above it (an unknown value: oneDNN ignores it)."""
+    environ = os.environ if environ is None else environ
+    for variable in ONEDNN_ISA_VARIABLES:
+        cap = environ.get(variable, "").upper()
+        if cap not in ONEDNN_ISAS:
+            continue
+        native = ["AVX512_CORE_BF16"] if set(BF16_AVX512_FLAGS) <= flags else []
+        native += ["AVX2_VNNI_2"] if set(BF16_AVX2_FLAGS) <= flags else []
+        if all(ONEDNN_ISAS.index(cap) < ONEDNN_ISAS.index(isa) for isa in native):
+            return f"{variable}={cap} keeps oneDNN below {' and '.join(native)}, its native bfloat16 path: bfloat16 would be emulated or refused"
+    return None
+
+
+def bfloat16_here_reason(cpuinfo: Path | None = None) -> str | None:
+    """Why this machine's CPU, as oneDNN may use it, has no native bfloat16: its flags (`bfloat16_cpu_reason`),
+    then a cap on oneDNN's instruction sets (`onednn_isa_cap_reason`); None when it runs bfloat16 natively."""
+    flags = cpu_flags(cpuinfo)
+    return bfloat16_cpu_reason(flags) or (onednn_isa_cap_reason(flags) if flags is not None else None)
+
+
+def cpu_class(flags: set[str] | None) -> str:
+    """The kind of x86 CPU, as the kit's machines differ in speed: AMX, AVX512-BF16, AVX-512, AVX2 only."""
+    flags = flags or set()
+    for flag, name in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16"), ("avx512f", "AVX-512"), ("avx2", "AVX2 only")):
+        if flag in flags:
+            return name
+    return "no AVX2"
 
 
 def affinity_cores() -> int | None:

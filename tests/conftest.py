@@ -3,10 +3,16 @@ runs on pytest-xdist workers (`make test`)."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import re
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +24,7 @@ from benchlib.backends.pytorch import use_torch
 from benchlib.config.jobs import available
 from benchlib.paths import PARAMETERS_DIR, PROJECT_ROOT
 from benchlib.store.cache import CACHE_VARIABLE
+from tests import timings
 
 use_torch()  # this process runs PyTorch only: transformers must not import TensorFlow here (TensorFlow runs in subprocesses)
 
@@ -32,6 +39,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--full", action="store_true",
         help="the exhaustive tier too (`make test-full`): tests marked `full`, and the smoke run over every catalogue model",
+    )  # fmt: skip
+    parser.addoption(
+        "--test-times", metavar="FILE", default=None,
+        help="write every test's and fixture's time, its worker and the machine to FILE (JSON; `make test` does, in .test-times/; "
+        "`benchmarks/suite_time.py report` reads it)",
     )  # fmt: skip
 
 
@@ -59,7 +71,10 @@ FIRST_UNITS = (SMOKE_RUN, "tests/notebooks/test_generate_run.py")  # the two lon
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """In a pytest-xdist worker: this process, and every process it starts, runs on the worker's share of the CPUs."""
+    """In a pytest-xdist worker: this process, and every process it starts, runs on the worker's share of the CPUs.
+    Every process times its fixtures (tests/timings.py); with `--test-times`, the controlling one writes them down."""
+    config.pluginmanager.register(timings, "benchlib-fixture-times")
+    timings.register(config)
     if (workerinput := getattr(config, "workerinput", None)) is not None:
         os.sched_setaffinity(0, worker_cpus(os.sched_getaffinity(0), workerinput["workerid"], workerinput["workercount"]))
 
@@ -90,11 +105,36 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     return WorkUnitScheduling(config, log)
 
 
+def shared_folder(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """Folder `name` of this test session's, the same for each of its pytest-xdist workers (under their common
+    temporary folder), so that what one worker makes the other finds."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / name
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+@contextlib.contextmanager
+def made_once(folder: Path) -> Iterator[bool]:
+    """Held by one worker at a time (a lock file beside `folder`): yields whether `folder`'s contents are still to be
+    made, and marks them made when the block ends without an error."""
+    done = folder.with_name(folder.name + ".done")
+    with open(folder.with_name(folder.name + ".lock"), "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield not done.exists()
+            done.touch()
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def build_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A build cache of this test session's own (BENCHLIB_CACHE, inherited by every process the tests start):
-    the user's cache is never read or written, and each session starts cold."""
-    folder = tmp_path_factory.mktemp("build-cache")
+    """A build cache of this test session's own (BENCHLIB_CACHE, inherited by every process the tests start): the
+    user's cache is never read or written, and each session starts cold. Both workers share it, as two runs on one
+    machine share the user's, so that a model exported or compiled by one is not made again by the other (the cache's
+    entries and the compilers' own caches are safe for processes that write at once)."""
+    folder = shared_folder(tmp_path_factory, "build-cache")
     previous = os.environ.get(CACHE_VARIABLE)
     os.environ[CACHE_VARIABLE] = str(folder)
     yield folder
@@ -154,10 +194,57 @@ def network_blocked(tmp_path_factory: pytest.TempPathFactory) -> NetworkBlock:
     return NetworkBlock({**env, "PYTHONPATH": str(folder), "NETWORK_ATTEMPTS_LOG": str(folder / "attempts.log")}, folder / "attempts.log")
 
 
-def _run_cli(*args: str, timeout: float = 900, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "benchlib", *args], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=timeout, env=env
-    )
+# A whole `benchlib run` of a fixture (the smoke run, the generate run): a limit that ends a hang long before CI's own,
+# never one that a slow machine reaches. Generous for the slowest type seen, not sized from this machine: the longest
+# fixture has taken 15.5 minutes on a 2-core AMD EPYC with AVX2 only, beside the other worker's; this is three times that.
+RUN_TIMEOUT_S = 45 * 60
+STOP_GRACE_S = 30  # after the limit, how long the run has to stop its kernels on SIGINT (as Ctrl-C) before SIGKILL
+PROGRESS_LINE = re.compile(r"^\[\d+/\d+\] ")  # `benchlib run`'s line for an environment starting or done
+
+
+def _run_cli(*args: str, timeout: float = RUN_TIMEOUT_S, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`python -m benchlib ARGS...` in the kit's folder, its output captured; past `timeout` it is stopped as Ctrl-C
+    would stop it (its kernels with it) and the test fails saying which environment was running, and for how long."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "benchlib", *args], cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env, start_new_session=True,
+    )  # fmt: skip
+    start = time.monotonic()
+    lines: list[tuple[float, str]] = []  # each line of standard output, with when it came
+    errors: list[str] = []
+    readers = [
+        threading.Thread(target=lambda: lines.extend((time.monotonic() - start, line) for line in process.stdout), daemon=True),
+        threading.Thread(target=lambda: errors.extend(process.stderr), daemon=True),
+    ]  # fmt: skip
+    for reader in readers:
+        reader.start()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGINT)
+        try:
+            process.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        for reader in readers:
+            reader.join(timeout=5)
+        pytest.fail(timed_out(args, timeout, lines, "".join(errors)), pytrace=False)
+    for reader in readers:
+        reader.join()
+    return subprocess.CompletedProcess(process.args, process.returncode, "".join(line for _, line in lines), "".join(errors))
+
+
+def timed_out(args: tuple[str, ...], timeout: float, lines: list[tuple[float, str]], errors: str) -> str:
+    """What a run stopped at its limit was doing: the environment it had started last, since when, and its last lines."""
+    progress = [(at, line.strip()) for at, line in lines if PROGRESS_LINE.match(line)]
+    if not progress:
+        doing = "no environment had started"
+    else:
+        at, line = progress[-1]
+        doing = f"{'the last environment ended' if ': done in ' in line else 'running for'} {timeout - at:.0f} s: {line}"
+    tail = "".join(line for _, line in lines[-15:]) + errors[-2000:]
+    return f"`benchlib {' '.join(args[:3])} ...` passed its limit of {timeout:.0f} s; {doing}\nits last output:\n{tail}"
 
 
 @pytest.fixture(scope="session")
@@ -172,8 +259,13 @@ def user_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     fill-mask head, each with its tokenizer."""
     from tests.checkpoints import save_bert, save_llama
 
-    folder = tmp_path_factory.mktemp("user-models")
-    return {"llama": save_llama(folder / "llama"), "bert": save_bert(folder / "bert", task="fill-mask")}
+    folder = shared_folder(tmp_path_factory, "user-models")  # one pair for both workers: the build cache knows them once
+    paths = {"llama": folder / "llama", "bert": folder / "bert"}
+    with made_once(folder) as to_make:
+        if to_make:
+            save_llama(paths["llama"])
+            save_bert(paths["bert"], task="fill-mask")
+    return paths
 
 
 @pytest.fixture(scope="session")

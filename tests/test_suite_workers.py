@@ -8,18 +8,26 @@ import os
 import subprocess
 import sys
 import textwrap
+import uuid
 
+import psutil
 import pytest
 
 from benchlib.paths import PROJECT_ROOT
-from tests.conftest import SMOKE_RUN, SMOKE_RUN_MODULES, work_unit, worker_cpus
+from tests.conftest import SMOKE_RUN, SMOKE_RUN_MODULES, _run_cli, timed_out, work_unit, worker_cpus
 
 # One test module of the inner session: it records its worker, its CPUs and those of a process it starts.
 PROBE = """
-import json, os, subprocess, sys
+import json, os, subprocess, sys, time
 from pathlib import Path
 
-def test_probe():
+import pytest
+
+@pytest.fixture(scope="module")
+def slow_fixture():
+    time.sleep(0.3)
+
+def test_probe(slow_fixture):
     child = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"], capture_output=True, text=True)
     record = {"worker": os.environ["PYTEST_XDIST_WORKER"], "cpus": sorted(os.sched_getaffinity(0)), "child": json.loads(child.stdout)}
     (Path(__file__).parent / (Path(__file__).stem + ".json")).write_text(json.dumps(record))
@@ -45,7 +53,8 @@ def test_each_worker_and_the_processes_its_tests_start_run_on_its_own_cpus(tmp_p
     for name in ("test_first", "test_second"):
         (tmp_path / f"{name}.py").write_text(textwrap.dedent(PROBE), encoding="utf-8")
     completed = subprocess.run(
-        [sys.executable, "-m", "pytest", "-n", "2", "-p", "tests.conftest", "-p", "no:cacheprovider", "-q", "--rootdir", str(tmp_path), str(tmp_path)],
+        [sys.executable, "-m", "pytest", "-n", "2", "-p", "tests.conftest", "-p", "no:cacheprovider", "-q", "--rootdir", str(tmp_path), str(tmp_path),
+         f"--test-times={tmp_path / 'times.json'}"],
         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stdout + completed.stderr
@@ -56,3 +65,47 @@ def test_each_worker_and_the_processes_its_tests_start_run_on_its_own_cpus(tmp_p
         assert record["child"] == record["cpus"] == sorted(worker_cpus(mine, record["worker"], 2))
     if len(mine) >= 2:
         assert not set(records[0]["cpus"]) & set(records[1]["cpus"])
+    # the session's times (`make test` writes them): each test's phases and worker, each fixture where it was set up
+    times = json.loads((tmp_path / "times.json").read_text())
+    assert times["exit_status"] == 0 and times["workers"] == 2 and times["machine"]["cores"] == len(mine)
+    for name, record in zip(("test_first", "test_second"), records):
+        test = times["tests"][f"{name}.py::test_probe"]
+        assert test["worker"] == record["worker"] and test["outcome"] == "passed" and test["setup"] >= 0.3
+        fixtures = {name: (scope, seconds) for name, scope, seconds in test["fixtures"]}
+        assert fixtures["slow_fixture"][0] == "module" and fixtures["slow_fixture"][1] >= 0.3
+
+
+def test_a_run_past_its_limit_names_the_environment_it_was_running_and_since_when() -> None:
+    lines = [(2.0, "run folder: x\n"), (10.0, "[1/2] cpu-pytorch: pytorch/eager on cpu, 2 cells\n"), (50.0, "[1/2] cpu-pytorch: done in 40 s\n"),
+             (55.0, "[2/2] cpu-torch-compile: pytorch/compile on cpu, 2 cells\n"), (60.0, "a warning\n")]  # fmt: skip
+    message = timed_out(("run", "--grid", "smoke", "--out", "x"), 100, lines, "")
+    assert message.startswith("`benchlib run --grid smoke ...` passed its limit of 100 s; running for 45 s: [2/2] cpu-torch-compile: pytorch/compile")
+    assert message.endswith("a warning\n")
+    assert "the last environment ended 50 s: [1/2] cpu-pytorch: done in 40 s" in timed_out(("run",), 100, lines[:3], "")
+    assert "no environment had started" in timed_out(("run",), 100, lines[:1], "")
+
+
+@pytest.mark.e2e
+def test_a_run_stopped_at_its_limit_fails_the_test_in_one_message_and_leaves_no_process(tmp_path) -> None:
+    """A fixture's run stopped by its limit: stopped as Ctrl-C stops it (its kernel with it), and the test fails naming
+    the environment that was running."""
+    args = ("run", "--grid", "smoke", "--environments", "cpu-pytorch", "--models", "bert-base-cased", "--out", str(tmp_path / "run"),
+            "--no-summary", "--no-limits")  # fmt: skip
+    mark = f"limit-{uuid.uuid4().hex}"  # inherited by every process the run starts, its kernel included
+    with pytest.raises(pytest.fail.Exception) as failed:
+        _run_cli(*args, timeout=8, env={**os.environ, "BENCHLIB_TEST_MARK": mark})
+    assert "passed its limit of 8 s" in str(failed.value)
+    assert "[1/1] cpu-pytorch" in str(failed.value) or "no environment had started" in str(failed.value)
+    assert marked_processes(mark) == []
+
+
+def marked_processes(mark: str) -> list[str]:
+    """The command lines of the processes alive with BENCHLIB_TEST_MARK=`mark` in their environment."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            if process.environ().get("BENCHLIB_TEST_MARK") == mark and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(" ".join(process.info["cmdline"] or []))
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from benchlib.backends import BackendInfo, lazy_import, register
 from benchlib.backends._generate import Generator, transformers_generator
-from benchlib.machine import bfloat16_cpu_reason, cpu_flags, package_version
+from benchlib.machine import bfloat16_cpu_reason, bfloat16_here_reason, package_version
 from benchlib.store.cache import ENTRY_FILE, Artefact, artefact, compiler_cache, digest
 
 if TYPE_CHECKING:  # the catalogue sits above the backends: they are handed its entries
@@ -200,8 +200,9 @@ def reference_tokens(reference: Any, input_ids: Any, new_tokens: int) -> np.ndar
 
 
 def bfloat16_unsupported(flags: set[str] | None = None) -> str | None:
-    """Why bfloat16 would give a misleading number on this CPU, or None when it has the instructions."""
-    return bfloat16_cpu_reason(cpu_flags() if flags is None else flags)
+    """Why bfloat16 would give a misleading number on a CPU with `flags` (None: this machine's, as oneDNN may use
+    them: `machine.bfloat16_here_reason`), or None when it has the instructions."""
+    return bfloat16_here_reason() if flags is None else bfloat16_cpu_reason(flags)
 
 
 def compiler_unsupported() -> str | None:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from benchlib.backends import resolve_threads
-from benchlib.machine import bfloat16_cpu_reason, cpu_flags, cpu_model, package_version
+from benchlib.machine import bfloat16_here_reason, cpu_model, package_version
 from benchlib.measure.interference import make_meter
 from benchlib.measure.timing import Measurement, TimingSpec, measure
 
@@ -55,14 +55,14 @@ STATISTIC = (
 def bfloat16_reason(device: str = "cpu", cpuinfo: Path | None = None) -> str | None:
     """Why bfloat16 is not measured on `device`, or None when the device has it natively.
 
-    CPU: only where oneDNN runs bfloat16 natively (`machine.bfloat16_cpu_reason`: elsewhere torch emulates
+    CPU: only where oneDNN runs bfloat16 natively (`machine.bfloat16_here_reason`: elsewhere torch emulates
     bfloat16, or refuses, and its rate would be a slow number, not a limit). GPU: `torch.cuda.is_bf16_supported()`.
     """
     if device.startswith("cuda"):
         import torch
 
         return None if torch.cuda.is_bf16_supported() else f"{device} has no bfloat16 support (torch.cuda.is_bf16_supported() is False)"
-    return bfloat16_cpu_reason(cpu_flags(cpuinfo))
+    return bfloat16_here_reason(cpuinfo)
 
 
 def float16_reason(device: str = "cpu") -> str | None:

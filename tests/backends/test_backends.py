@@ -13,7 +13,7 @@ import torch
 from packaging.requirements import Requirement
 from pydantic import BaseModel, ConfigDict
 
-from benchlib import backends, status
+from benchlib import backends, machine, status
 from benchlib.backends import TOLERANCE, BackendInfo, BackendSettings, frameworks, is_out_of_memory, load_backend, model_class, modes, unsupported_reason
 from benchlib.backends import pytorch as pytorch_backend
 from benchlib.cli import CLUSTER_DISTRIBUTIONS
@@ -241,7 +241,7 @@ def test_machines_without_a_compiler_or_bfloat16_get_unsupported_cells(tmp_path,
         raise RuntimeError("no C++ compiler found: c++, g++")
 
     monkeypatch.setattr("torch._inductor.cpp_builder.get_cpp_compiler", no_compiler)
-    monkeypatch.setattr(pytorch_backend, "cpu_flags", lambda: {"avx2", "fma"})  # an AVX2-only CPU: bfloat16 is not run at all
+    monkeypatch.setattr("benchlib.machine.cpu_flags", lambda cpuinfo=None: {"avx2", "fma"})  # an AVX2-only CPU: bfloat16 is not run at all
     compiled = run_environment(tiny_params(tmp_path, framework="pytorch", mode="compile", environment="c"), progress=False)
     assert compiled["status"].tolist() == [status.UNSUPPORTED]
     assert compiled["reason"].iloc[0].startswith("torch.compile's inductor needs a C++ compiler") and "no C++ compiler found" in compiled["reason"].iloc[0]
@@ -254,6 +254,19 @@ def test_machines_without_a_compiler_or_bfloat16_get_unsupported_cells(tmp_path,
     assert pytorch_backend.bfloat16_unsupported(avx512 | {"avx512_bf16"}) is None  # AMD EPYC with AVX512-BF16
     assert pytorch_backend.bfloat16_unsupported(avx512 | {"avx512_bf16", "amx_bf16", "amx_tile"}) is None  # Intel Xeon with AMX
     assert "not avx512f, avx512bw, avx512vl, avx512dq, avx512_vnni" in pytorch_backend.bfloat16_unsupported({"avx2", "avx512_bf16"})
+
+
+def test_a_cap_on_onednns_instruction_sets_keeps_bfloat16_unsupported_as_on_a_cpu_without_them():
+    """ONEDNN_MAX_CPU_ISA (how the suite rehearses an AVX2-only machine on a faster one) below the native bfloat16
+    path makes bfloat16 unsupported with the cap named, as it would be on the CPU it imitates; a cap at or above it,
+    or a value oneDNN does not know, changes nothing."""
+    avx512_bf16 = {"avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "avx512_bf16"}
+    reason = machine.onednn_isa_cap_reason(avx512_bf16, {"ONEDNN_MAX_CPU_ISA": "avx2"})
+    assert reason is not None and reason.startswith("ONEDNN_MAX_CPU_ISA=AVX2 keeps oneDNN below AVX512_CORE_BF16")
+    assert machine.onednn_isa_cap_reason(avx512_bf16, {"DNNL_MAX_CPU_ISA": "AVX512_CORE"}).startswith("DNNL_MAX_CPU_ISA=AVX512_CORE")
+    for cap in ("AVX512_CORE_BF16", "AVX512_CORE_AMX", "ALL", "no-such-isa"):
+        assert machine.onednn_isa_cap_reason(avx512_bf16, {"ONEDNN_MAX_CPU_ISA": cap}) is None, cap
+    assert machine.onednn_isa_cap_reason(avx512_bf16, {}) is None
 
 
 def test_attention_implementation_is_a_parameter_and_a_model_without_it_is_unsupported(tmp_path):

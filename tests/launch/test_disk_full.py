@@ -46,7 +46,12 @@ def cells(rows: pd.DataFrame) -> list[tuple[str, int, int]]:
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize(("values", "limit", "written"), [(ROWS_CASE, ROWS_LIMIT, "results.csv"), (NOTEBOOK_CASE, NOTEBOOK_LIMIT, "benchmark.ipynb")], ids=["row", "notebook"])
+@pytest.mark.parametrize(
+    ("values", "limit", "written"),
+    # a row refused at the file-size limit is checked without a kernel (tests/store/test_disk.py): its run is `--full`'s
+    [pytest.param(ROWS_CASE, ROWS_LIMIT, "results.csv", marks=pytest.mark.full), (NOTEBOOK_CASE, NOTEBOOK_LIMIT, "benchmark.ipynb")],
+    ids=["row", "notebook"],
+)
 def test_a_full_disk_stops_the_run_in_one_line_and_the_rerun_measures_only_what_is_missing(tmp_path: Path, values: dict, limit: int, written: str) -> None:
     for name in values["models"]:  # the build cache's weights (hundreds of kB each) are made before the limit applies
         pytorch_backend.weights(get_model(name), "tiny", seed=0)

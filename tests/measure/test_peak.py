@@ -103,7 +103,7 @@ def test_a_disturbed_measurement_is_taken_again_and_the_least_disturbed_kept(mon
 def test_bfloat16_is_measured_where_this_cpu_has_it_and_the_reason_given_where_not():
     """This CPU's real flags, nothing faked: bfloat16 is multiplied for real only where the kit's rule says this
     CPU runs it natively; elsewhere nothing is multiplied in bfloat16 and the rule's reason is recorded."""
-    reason = machine.bfloat16_cpu_reason(machine.cpu_flags())
+    reason = machine.bfloat16_here_reason()
     limits = machine_limits.measure_limits("cpu", num_threads="cores", gemm_size=128, copy_bytes=4 * MIB, repeat=2)
     assert limits["bfloat16_reason"] == reason
     if reason is None:  # AMD EPYC with AVX512-BF16, Intel Xeon with AMX
@@ -122,7 +122,7 @@ def test_the_bfloat16_rule_never_says_native_where_onednn_refuses_bfloat16():
     torch.manual_seed(0)
     a, b = torch.randn(64, 64), torch.randn(64, 64)
     onednn = torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    reason = machine.bfloat16_cpu_reason(machine.cpu_flags())
+    reason = machine.bfloat16_here_reason()
     if onednn:
         product = torch._C._nn.mkldnn_linear(a.bfloat16().to_mkldnn(), b.bfloat16().to_mkldnn(), None).to_dense().float()
         assert torch.allclose(product, a @ b.T, atol=0.5, rtol=0.05)
