@@ -10,7 +10,7 @@ COLUMNS: dict[str, str] = {
     # what a row is about
     "run": "The run folder's name.",
     "device": "The device type compared on: `cpu` or `cuda`.",
-    "machine": "The machine the environment ran on (CPU model, cores, memory; GPU).",
+    "machine": "The machine the environment ran on (CPU model, cores, memory; GPU); in the cost tables, its name (`machine_name`, else its hostname).",
     "environment": "The environment: a framework, mode, precision and device, named by its parameters file.",
     "framework": "The framework: pytorch, tensorflow, onnxruntime, openvino.",
     "mode": "How the framework runs the model: eager, torchscript, compile, function, xla, session, model.",
@@ -174,6 +174,25 @@ COLUMNS: dict[str, str] = {
     "source": "The counter the energy was read from: `nvml` (a GPU's total energy) or `rapl` (a CPU's package counters).",
     "vs_fastest": "The environment's energy per unit over the fastest environment's (below 1: it uses less).",
     "quality_verdict": "The quality's verdict against the target: `keeps`, `below` or `undecided` (from the interval; agreement, which has none, by its point). Only an environment that keeps is named the fastest that keeps.",
+    # which machine, at what price (cost per million at the operating point)
+    "rate": "The rate the cost is at: the server's largest rate VALID under the bound (requests/s) or Offline's samples/s, the median over rounds.",
+    "rate_low": "The low end of the rate's 95% interval over rounds (blank: one round, no interval).",
+    "rate_high": "The high end of the rate's 95% interval over rounds.",
+    "price_per_hour": "What the machine costs an hour, as given (`run --price-per-hour`, or a prices file at summary time).",
+    "currency": "The price's currency (ISO 4217).",
+    "cost_per_million": "What a million requests (offline: samples) cost at the rate: price_per_hour / (3600 x rate) x 10^6.",
+    "cost_low": "The low end of the cost's 95% interval, from the rate's high end.",
+    "cost_high": "The high end of the cost's 95% interval, from the rate's low end.",
+    "cost_per_million_tokens": "When generating: what a million output tokens cost at LoadGen's tokens per second.",
+    "tokens_cost_low": "The low end of the cost per million tokens' 95% interval over rounds.",
+    "tokens_cost_high": "The high end of the cost per million tokens' 95% interval over rounds.",
+    "energy_unit": "What `energy_j` is per under load: a served `sample` (a request) or a generated `token`.",
+    "latency_ms": "The server's latency at its judged percentile, at its largest rate VALID under the bound.",
+    "settings_file": "A tune's confirmed best settings: the parameters file to deploy (`run --params`).",
+    "price_from": "Where the price was given: a prices file and its line, or the run's environment.json.",
+    "rank": "The order by cost among the choices that keep the quality target (1: the cheapest).",
+    "within_interval": "Whether the choice's cost interval reaches the cheapest's: a tie with it.",
+    "cost_per_million_calls": "What a million calls cost one after another at one stream: price_per_hour / 3600 x time_s x 10^6 (not a served rate).",
 }
 
 
