@@ -353,7 +353,7 @@ def decision_sentences(costs: pd.DataFrame, bound: str = "") -> list[str]:
                 ) + "."
             elif len(ranked) > 1:
                 line = ranked.iloc[1]
-                sentence += f" The next, {_choice(line)}, costs {money(line["cost_per_million"], line["currency"])} per million {unit}" + (
+                sentence += f" The next, {_choice(line)}, costs {money(line['cost_per_million'], line['currency'])} per million {unit}" + (
                     ", outside its interval." if pd.notna(best["cost_low"]) and pd.notna(line["cost_low"]) else " (one round each: no interval tells a tie)."
                 )
         below = group[group["quality_verdict"] == BELOW]
