@@ -130,8 +130,11 @@ def run_machines(run_dirs: Iterable[str | os.PathLike[str]], prices_file: str | 
     to different hardware, a prices file names a machine no run has, or the prices are in more than one currency."""
     lines = []
     for run_dir in run_dirs:
-        for env_dir in environment_dirs(run_dir):
-            info = read_environment(env_dir)
+        measured = environment_dirs(run_dir)
+        tuned = [env_dir for env_dir in tunes.tuned_environments([run_dir]) if env_dir not in measured]
+        for env_dir in measured + tuned:
+            # a tuned environment's machine is its points' (its own folder holds no rows)
+            info = read_environment(env_dir) or next((read_environment(point) for point in layout.point_folders(env_dir)), {})
             parameters = info.get("parameters", {})
             where = f"{Path(run_dir).name}/{env_dir.name}/{layout.ENVIRONMENT_FILE}"
             name = parameters.get("machine_name") or (info.get("machine") or {}).get("hostname") or "unnamed machine"

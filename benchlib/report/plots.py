@@ -265,7 +265,7 @@ def cost_latency(costs: pd.DataFrame, latency_bound_ms: float | None = None) -> 
     if data.empty:
         raise ValueError("costs: no priced server line with a latency to plot")
     models = list(dict.fromkeys(data["model"]))
-    figure, axes = plt.subplots(1, len(models), figsize=(5.2 * len(models), 3.6), squeeze=False)
+    figure, axes = plt.subplots(1, len(models), figsize=(5.2 * len(models), 2.8), squeeze=False)
     labels = data["environment"] + " on " + data["machine"]
     colours = dict(zip(labels.unique(), sns.color_palette(n_colors=labels.nunique())))
     for ax, model in zip(axes[0], models):

@@ -19,6 +19,7 @@ from benchlib.analysis import load as under_load
 from benchlib.analysis.compare import compare_runs
 from benchlib.cli import main
 from benchlib.paths import OUTPUTS_DIR
+from benchlib.store.environment import describe_environment
 from benchlib.store.layout import ENVIRONMENT_FILE
 from tests.report.test_browser import browser, seen  # noqa: F401  (the module's Chromium, reused)
 
@@ -186,3 +187,19 @@ def test_the_summary_shows_the_decision_and_the_plot_on_its_first_screen(priced_
         "return {height: h, title: title.getBoundingClientRect().top, text: text.getBoundingClientRect().bottom, plot: plot.getBoundingClientRect().bottom};"
     )  # fmt: skip
     assert screen["title"] < screen["text"] < screen["plot"] <= screen["height"], screen
+
+
+def test_a_workers_own_name_and_price_are_recorded_where_the_parameters_give_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cluster's worker started with BENCHLIB_MACHINE_NAME and BENCHLIB_PRICE_PER_HOUR records them in environment.json."""
+    monkeypatch.setenv("BENCHLIB_MACHINE_NAME", "worker-a")
+    monkeypatch.setenv("BENCHLIB_PRICE_PER_HOUR", "0.42")
+    monkeypatch.setenv("BENCHLIB_CURRENCY", "EUR")
+    unset = {"machine_name": None, "price_per_hour": None, "currency": "USD"}
+    recorded = describe_environment(unset, {}, {})["parameters"]
+    assert (recorded["machine_name"], recorded["price_per_hour"], recorded["currency"]) == ("worker-a", 0.42, "EUR")
+    given = describe_environment({"machine_name": "small-vm", "price_per_hour": 0.1, "currency": "USD"}, {}, {})["parameters"]
+    assert (given["machine_name"], given["price_per_hour"], given["currency"]) == ("small-vm", 0.1, "USD")  # the run's own win
+    monkeypatch.setenv("BENCHLIB_PRICE_PER_HOUR", "cheap")
+    assert describe_environment(unset, {}, {})["parameters"]["price_per_hour"] == "cheap"  # kept as given: the summary refuses it
+    with pytest.raises(cost.PriceError, match=r"^run/env/environment.json: price_per_hour: must be a number above 0 .*, not 'cheap'$"):
+        cost.check_price("cheap", "run/env/environment.json")
