@@ -106,7 +106,7 @@ def figure_columns(table: pd.DataFrame, scenario: str) -> list[str]:
 
 def ways(rows: pd.DataFrame) -> dict[str, pd.Series]:
     """`options` and `precision` as the baseline's selector reads them (blank: the backend's defaults, float32)."""
-    return {"options": rows["options"].fillna("").astype(str), "precision": rows["precision"].fillna("float32")}
+    return {"options": rows["options"].astype(object).fillna("").astype(str), "precision": rows["precision"].fillna("float32")}
 
 
 def invalid_text(cells: pd.DataFrame) -> str:

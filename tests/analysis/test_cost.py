@@ -21,13 +21,14 @@ from benchlib.cli import main
 from benchlib.paths import OUTPUTS_DIR
 from benchlib.store.environment import describe_environment
 from benchlib.store.layout import ENVIRONMENT_FILE
+from tests.analysis.test_under_load import load_row
 from tests.report.test_browser import browser, seen  # noqa: F401  (the module's Chromium, reused)
 
 SMALL, BIG = ("small-vm", 0.1), ("big-vm", 1.0)
 
 
 def make_run(folder: Path, name: str, price: float, environments: str, params: str) -> Path:
-    """One real run of gpt2 under load-smoke's server (and offline) scenario, its machine named and priced."""
+    """One real run of gpt2 under load-smoke's server scenario, its machine named and priced."""
     extra = folder / f"{name}.yaml"
     extra.write_text(params, encoding="utf-8")
     out = folder / name
@@ -44,8 +45,8 @@ def priced_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The small machine: eager PyTorch and ONNX Runtime int8 (whose agreement is held to a target above its own), one
     round; the big machine: eager PyTorch, two rounds (an interval)."""
     folder = tmp_path_factory.mktemp("priced")
-    small = make_run(folder, *SMALL, "cpu-pytorch,cpu-onnxruntime-int8", "scenario: [server, offline]\nquality_target: 0.999999\n")
-    big = make_run(folder, *BIG, "cpu-pytorch", "scenario: [server]\nrounds: 2\n")
+    small = make_run(folder, *SMALL, "cpu-pytorch,cpu-onnxruntime-int8", "scenario: [server]\nmax_trials: 4\nquality_target: 0.999999\n")
+    big = make_run(folder, *BIG, "cpu-pytorch", "scenario: [server]\nmax_trials: 4\nrounds: 2\n")
     return small, big
 
 
@@ -76,9 +77,6 @@ def test_each_cost_is_the_price_over_the_rate_from_the_rows_with_the_rounds_inte
     two = costs.loc[("big-vm", "cpu-pytorch", "server")]  # two rounds: the rate's interval, carried into the cost's
     assert two["rate_low"] <= two["rate"] <= two["rate_high"]
     assert (two["cost_low"], two["cost_high"]) == pytest.approx((1.0 / (3600 * two["rate_high"]) * 1e6, 1.0 / (3600 * two["rate_low"]) * 1e6))
-    offline = read_results(small / "cpu-onnxruntime-int8").set_index("scenario").loc["offline"]  # Offline's rate, where VALID
-    if str(offline["valid"]) == "True":
-        assert costs.loc[("small-vm", "cpu-onnxruntime-int8", "offline"), "cost_per_million"] == pytest.approx(0.1 / (3600 * float(offline["samples_per_s"])) * 1e6)
 
 
 @pytest.mark.e2e
@@ -203,3 +201,24 @@ def test_a_workers_own_name_and_price_are_recorded_where_the_parameters_give_non
     assert describe_environment(unset, {}, {})["parameters"]["price_per_hour"] == "cheap"  # kept as given: the summary refuses it
     with pytest.raises(cost.PriceError, match=r"^run/env/environment.json: price_per_hour: must be a number above 0 .*, not 'cheap'$"):
         cost.check_price("cheap", "run/env/environment.json")
+
+
+def test_offlines_rate_and_output_tokens_and_joules_are_priced_too() -> None:
+    """Rows as results.csv holds them (`test_under_load.load_row`): Offline's samples per second over three rounds, a
+    generating server's tokens per second, and the energy counter's joules per unit, each beside its cost."""
+    rows = pd.DataFrame([
+        *(load_row("cpu-pytorch", "offline", r, samples_per_s=s, energy_j=0.5, energy_unit="sample") for r, s in ((1, 90.0), (2, 100.0), (3, 110.0))),
+        load_row("cpu-onnxruntime", "server", max_qps=20.0, workload="generate", tokens_per_s=600.0, latency_p99_s=0.15, latency_percentile=99),
+    ]).assign(run="run", token_agreement=1.0)  # fmt: skip
+    machines = pd.DataFrame([
+        {"run": "run", "environment": name, "machine": "vm", "hardware": "x", "price": cost.Price(0.36, "USD", "prices.yaml:1"), "where": "", "target": 0.99}
+        for name in ("cpu-pytorch", "cpu-onnxruntime")
+    ])  # fmt: skip
+    costs = cost.cost_table(rows, machines).set_index("scenario")
+    offline = costs.loc["offline"]
+    assert offline["rate"] == 100.0 and offline["cost_per_million"] == pytest.approx(0.36 / (3600 * 100.0) * 1e6) and offline["rounds"] == 3
+    assert 90.0 <= offline["rate_low"] < offline["rate_high"] <= 110.0 and offline["cost_high"] == pytest.approx(0.36 / (3600 * offline["rate_low"]) * 1e6)
+    assert (offline["energy_j"], offline["energy_unit"]) == (0.5, "sample")
+    server = costs.loc["server"]
+    assert server["cost_per_million_tokens"] == pytest.approx(0.36 / (3600 * 600.0) * 1e6) and server["latency_ms"] == pytest.approx(150.0)
+    assert "per million output tokens" in cost.decision_sentences(costs.reset_index())[1]
