@@ -204,6 +204,11 @@ def _quality(cells: pd.DataFrame, target: float) -> tuple[float, str]:
     return agreement, KEEPS
 
 
+def _numbers(rows: pd.DataFrame, column: str) -> pd.Series:
+    """A column's numbers, blanks dropped (none where the rows have no such column)."""
+    return pd.to_numeric(rows[column], errors="coerce").dropna() if column in rows else pd.Series(dtype=float)
+
+
 def _line(model: str, scenario: str, machine: dict[str, Any], environment: str, rates: list[float], cells: pd.DataFrame) -> dict[str, Any]:
     """One cost line from a scenario's VALID rates per round and its cells."""
     price: Price | None = machine["price"]
@@ -211,11 +216,11 @@ def _line(model: str, scenario: str, machine: dict[str, Any], environment: str, 
     rate = float(pd.Series(rates).median())
     per_hour = price.per_hour if price else math.nan
     valid = cells[cells.apply(under_load.is_valid, axis=1)]
-    tokens = pd.to_numeric(valid.get("tokens_per_s"), errors="coerce").dropna() if (cells["workload"] == "generate").any() else pd.Series(dtype=float)
+    tokens = _numbers(valid, "tokens_per_s") if (cells["workload"] == "generate").any() else pd.Series(dtype=float)
     token_low, token_high = significance.median_interval(tokens.tolist())
-    energy = pd.to_numeric(valid.get("energy_j"), errors="coerce").dropna()
+    energy = _numbers(valid, "energy_j")
     percentile = judged_percentile(valid.iloc[0]) if scenario == "server" else None
-    latency = pd.to_numeric(valid.get(f"latency_p{percentile}_s"), errors="coerce").median() * 1000 if percentile else math.nan
+    latency = _numbers(valid, f"latency_p{percentile}_s").median() * 1000 if percentile else math.nan
     agreement, quality = _quality(cells, machine["target"])
     return {
         "model": model, "scenario": scenario, "machine": machine["machine"], "environment": environment, "run": machine["run"],

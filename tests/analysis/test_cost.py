@@ -222,3 +222,23 @@ def test_offlines_rate_and_output_tokens_and_joules_are_priced_too() -> None:
     server = costs.loc["server"]
     assert server["cost_per_million_tokens"] == pytest.approx(0.36 / (3600 * 600.0) * 1e6) and server["latency_ms"] == pytest.approx(150.0)
     assert "per million output tokens" in cost.decision_sentences(costs.reset_index())[1]
+
+
+def test_a_runner_up_within_the_cheapests_interval_is_said_as_a_tie_and_an_undecided_one_is_not_ranked() -> None:
+    rows = pd.DataFrame([
+        *(load_row("cpu-pytorch", "server", r, max_qps=q) for r, q in ((1, 100.0), (2, 120.0), (3, 110.0))),
+        *(load_row("cpu-onnxruntime", "server", r, max_qps=q) for r, q in ((1, 95.0), (2, 118.0), (3, 105.0))),
+        *(load_row("cpu-openvino", "server", r, max_qps=q, agreement="") for r, q in ((1, 400.0), (2, 420.0))),
+    ]).assign(run="run")  # fmt: skip
+    machines = pd.DataFrame([
+        {"run": "run", "environment": name, "machine": "vm", "hardware": "x", "price": cost.Price(1.0, "USD", "f:1"), "where": "", "target": 0.99}
+        for name in ("cpu-pytorch", "cpu-onnxruntime", "cpu-openvino")
+    ])  # fmt: skip
+    costs = cost.cost_table(rows, machines)
+    assert costs.set_index("environment").loc["cpu-openvino", "quality_verdict"] == "undecided"  # not compared with eager float32
+    decision = cost.decision_table(costs)
+    assert list(decision["environment"]) == ["cpu-pytorch", "cpu-onnxruntime"] and list(decision["within_interval"]) == [True, True]
+    sentence = cost.decision_sentences(costs)[0]
+    assert "the cheapest is cpu-pytorch on vm: 2.525 USD per million requests (95% interval " in sentence
+    assert " Tied with it, within its interval: cpu-onnxruntime on vm (2.646 USD)." in sentence
+    assert sentence.endswith("Undecided, not ranked until its quality is known (measure it beside eager PyTorch float32, or with more examples): cpu-openvino on vm.")
