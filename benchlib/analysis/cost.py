@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +72,11 @@ class Price:
     source: str = ""
     date: str = ""
 
+    def described(self) -> str:
+        """Where the price was given, with its source and date where the prices file gives them."""
+        said = ", ".join(part for part in (self.source, self.date) if part)
+        return f"{self.origin} ({said})" if said else self.origin
+
 
 def check_price(value: Any, where: str) -> float:
     """`value` as a price per hour: a finite number above 0; else PriceError naming `where`."""
@@ -81,7 +87,8 @@ def check_price(value: Any, where: str) -> float:
 
 
 def check_currency(value: Any, where: str) -> str:
-    if not (isinstance(value, str) and pd.Series([value]).str.fullmatch(CURRENCY_PATTERN).iloc[0]):
+    """`value` as a currency: an ISO 4217 code; else PriceError naming `where`."""
+    if not (isinstance(value, str) and re.fullmatch(CURRENCY_PATTERN, value)):
         raise PriceError(f"{where}: currency: must be an ISO 4217 code such as USD or EUR, not {value!r}")
     return value
 
@@ -232,7 +239,7 @@ def _line(model: str, scenario: str, machine: dict[str, Any], environment: str, 
         "tokens_cost_low": cost_of(per_hour, token_high), "tokens_cost_high": cost_of(per_hour, token_low),
         "energy_j": energy.median() if len(energy) else math.nan,
         "energy_unit": str(valid["energy_unit"].dropna().iloc[0]) if len(energy) else "", "latency_ms": latency,
-        "agreement": agreement, "quality_verdict": quality, "settings_file": "", "price_from": price.origin if price else "",
+        "agreement": agreement, "quality_verdict": quality, "settings_file": "", "price_from": price.described() if price else "",
     }  # fmt: skip
 
 

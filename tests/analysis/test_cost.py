@@ -94,7 +94,9 @@ def test_the_decision_flips_when_the_prices_swap_and_never_ranks_an_environment_
     assert sentence.startswith("For gpt2, served under 200 ms (server), the cheapest is cpu-pytorch on small-vm: ")
     assert "Not ranked, below the quality target: cpu-onnxruntime-int8 on small-vm (agreement " in sentence
     swapped = prices_file(tmp_path, "- name: small-vm\n  price_per_hour: 1.0\n- name: big-vm\n  price_per_hour: 0.1\n  source: a test\n")
-    flipped = cost.decision_table(costs_of([small, big], swapped))
+    repriced = costs_of([small, big], swapped)
+    flipped = cost.decision_table(repriced)
+    assert repriced.set_index("machine").loc["big-vm", "price_from"] == f"{swapped}:3 (a test)"  # the file's price, its line and source
     assert (flipped.iloc[0]["machine"], flipped.iloc[0]["environment"]) == ("big-vm", "cpu-pytorch")
 
 
