@@ -44,7 +44,7 @@ PER = 1e6  # costs are per million requests, tokens or calls
 PRICED_SCENARIOS: tuple[str, ...] = ("server", "offline")
 PRICE_FIELDS: tuple[str, ...] = ("name", "price_per_hour", "currency", "source", "date")
 COST_COLUMNS: tuple[str, ...] = (
-    "model", "scenario", "machine", "environment", "run", "rounds", "rate", "rate_low", "rate_high", "price_per_hour", "currency",
+    "model", "scenario", "machine", "environment", "run", "rounds", "rate", "rate_low", "rate_high", "rate_is_lower_bound", "price_per_hour", "currency",
     "cost_per_million", "cost_low", "cost_high", "tokens_per_s", "cost_per_million_tokens", "tokens_cost_low", "tokens_cost_high",
     "energy_j", "energy_unit", "latency_ms", "agreement", "quality_verdict", "settings_file", "price_from",
 )  # fmt: skip
@@ -56,6 +56,7 @@ CALL_COST_COLUMNS: tuple[str, ...] = (
     "model", "machine", "environment", "batch_size", "sequence_length", "time_s", "price_per_hour", "currency", "cost_per_million_calls", "run",
 )  # fmt: skip
 UNIT = {"server": "requests", "offline": "samples"}
+LOWER_BOUND = "max_qps is a lower bound"  # a server's reason where every rate tried met the bound
 
 
 class PriceError(ValueError):
@@ -232,6 +233,7 @@ def _line(model: str, scenario: str, machine: dict[str, Any], environment: str, 
     return {
         "model": model, "scenario": scenario, "machine": machine["machine"], "environment": environment, "run": machine["run"],
         "rounds": len(rates), "rate": rate, "rate_low": low, "rate_high": high, "price_per_hour": per_hour,
+        "rate_is_lower_bound": bool(valid["reason"].astype(str).str.contains(LOWER_BOUND).any()),
         "currency": price.currency if price else "", "cost_per_million": cost_of(per_hour, rate),
         "cost_low": cost_of(per_hour, high), "cost_high": cost_of(per_hour, low),
         "tokens_per_s": tokens.median() if len(tokens) else math.nan,
@@ -354,8 +356,11 @@ def decision_sentences(costs: pd.DataFrame, bound: str = "") -> list[str]:
             unit = UNIT[scenario]
             sentence = (
                 f"For {model}, {where}, the cheapest is {_choice(best)}: {money(best['cost_per_million'], best['currency'])} per million {unit} "
-                f"({interval_text(best)}), at {best['rate']:.4g} {unit}/s and {money(best['price_per_hour'], best['currency'])} an hour"
+                f"({interval_text(best)}), at {'at least ' if best['rate_is_lower_bound'] else ''}{best['rate']:.4g} {unit}/s and "
+                f"{money(best['price_per_hour'], best['currency'])} an hour"
             )
+            if best["rate_is_lower_bound"]:
+                sentence += " (every rate tried met the bound: the cost is at most this)"
             if pd.notna(best["cost_per_million_tokens"]):
                 sentence += f", {money(best['cost_per_million_tokens'], best['currency'])} per million output tokens"
             if best["settings_file"]:
@@ -369,7 +374,7 @@ def decision_sentences(costs: pd.DataFrame, bound: str = "") -> list[str]:
             elif len(ranked) > 1:
                 line = ranked.iloc[1]
                 sentence += f" The next, {_choice(line)}, costs {money(line['cost_per_million'], line['currency'])} per million {unit}" + (
-                    ", outside its interval." if pd.notna(best["cost_low"]) and pd.notna(line["cost_low"]) else " (one round each: no interval tells a tie)."
+                    ", outside its interval." if pd.notna(best["cost_low"]) and pd.notna(line["cost_low"]) else " (one of the two has no interval: no tie can be told)."
                 )
         below = group[group["quality_verdict"] == BELOW]
         if len(below):

@@ -178,6 +178,7 @@ COLUMNS: dict[str, str] = {
     "rate": "The rate the cost is at: the server's largest rate VALID under the bound (requests/s) or Offline's samples/s, the median over rounds.",
     "rate_low": "The low end of the rate's 95% interval over rounds (blank: one round, no interval).",
     "rate_high": "The high end of the rate's 95% interval over rounds.",
+    "rate_is_lower_bound": "Whether every rate the server's search tried met the bound (max_trials): the rate is a lower bound, the cost an upper one.",
     "price_per_hour": "What the machine costs an hour, as given (`run --price-per-hour`, or a prices file at summary time).",
     "currency": "The price's currency (ISO 4217).",
     "cost_per_million": "What a million requests (offline: samples) cost at the rate: price_per_hour / (3600 x rate) x 10^6.",

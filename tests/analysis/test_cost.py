@@ -19,6 +19,7 @@ from benchlib.analysis import load as under_load
 from benchlib.analysis.compare import compare_runs
 from benchlib.cli import main
 from benchlib.paths import OUTPUTS_DIR
+from benchlib.report.glossary import COLUMNS as GLOSSARY
 from benchlib.store.environment import describe_environment
 from benchlib.store.layout import ENVIRONMENT_FILE
 from tests.analysis.test_under_load import load_row
@@ -178,6 +179,8 @@ def test_the_summary_shows_the_decision_and_the_plot_on_its_first_screen(priced_
     html = page.read_text(encoding="utf-8")
     assert html.index('id="Which-machine"') < html.index('id="Findings"') and "the cheapest is cpu-pytorch on small-vm" in html
     assert (small / "figures" / "cost_latency.png").stat().st_size > 0 and (small / "tables" / "cost_decision.csv").is_file()
+    columns = {column for name in ("cost", "cost_decision") for column in pd.read_csv(small / "tables" / f"{name}.csv", nrows=0).columns}
+    assert columns - set(GLOSSARY) == set()  # every column is in the glossary the summary links to
     state = seen(browser, page, tmp_path / "which-machine.png")
     assert all(image["drawn"] for image in state["images"])
     screen = browser.execute_script(
