@@ -104,7 +104,7 @@ class Section:
 
     key: str
     title: str
-    kind: str
+    kind: str | tuple[str, ...]  # several: the section reads any of them
     caption: str
     show: Callable[[SummaryRun], None]
     findings: Callable[[SummaryRun], list[str]] | None = None
@@ -113,7 +113,8 @@ class Section:
 
     def present(self, run: SummaryRun) -> bool:
         """Whether `run` holds this section's data."""
-        return run.measured()[self.kind] and (self.has_data is None or self.has_data(run))
+        kinds = (self.kind,) if isinstance(self.kind, str) else self.kind
+        return any(run.measured()[kind] for kind in kinds) and (self.has_data is None or self.has_data(run))
 
     @property
     def anchor(self) -> str:
@@ -124,7 +125,7 @@ SECTIONS: list[Section] = []
 
 
 def section(
-    key: str, title: str, kind: str, caption: str, findings: Callable[[SummaryRun], list[str]] | None = None,
+    key: str, title: str, kind: str | tuple[str, ...], caption: str, findings: Callable[[SummaryRun], list[str]] | None = None,
     has_data: Callable[[SummaryRun], bool] | None = None, lead: Callable[[SummaryRun], None] | None = None,
 ) -> Callable[[Callable[[SummaryRun], None]], Callable[[SummaryRun], None]]:  # fmt: skip
     """Register the decorated `show(run)` as a section of the summary, after those registered before it."""

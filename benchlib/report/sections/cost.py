@@ -10,7 +10,7 @@ from benchlib.analysis import cost
 from benchlib.analysis import load as under_load
 from benchlib.report import plots
 from benchlib.report.render import show_figure, show_table
-from benchlib.report.sections.base import LOAD, SummaryRun, section
+from benchlib.report.sections.base import CELLS, LOAD, SummaryRun, section
 
 
 def costs(run: SummaryRun) -> pd.DataFrame:
@@ -25,15 +25,22 @@ def decision(run: SummaryRun) -> list[str]:
     return sentences + ([missing] if missing else [])
 
 
+def call_costs(run: SummaryRun) -> pd.DataFrame:
+    """The runs' `cost.call_cost_table`, computed once."""
+    return run.shared("call_costs", lambda: cost.call_cost_table(run.all_rows, run.machines))
+
+
 def priced(run: SummaryRun) -> bool:
-    """Whether some machine of the runs has a price and a priced load line."""
-    return bool(cost.priced_machines(run.machines)) and costs(run)["cost_per_million"].notna().any()
+    """Whether some machine of the runs has a price, and a load line or a cell timed one call at a time priced."""
+    return bool(cost.priced_machines(run.machines)) and (costs(run)["cost_per_million"].notna().any() or not call_costs(run).empty)
 
 
 def show_decision(run: SummaryRun) -> None:
     """Above the findings: the decision across machines and the plot of cost against latency."""
     from IPython.display import Markdown, display
 
+    if costs(run)["cost_per_million"].isna().all():
+        return  # cells timed one call at a time alone: their cost is in the section, there is no decision to lead with
     display(Markdown("## Which machine\n\n" + "\n".join(f"- {sentence}" for sentence in decision(run))))
     try:
         figure = plots.cost_latency(costs(run), under_load.latency_bound_ms(run.run_dirs))
@@ -43,7 +50,7 @@ def show_decision(run: SummaryRun) -> None:
 
 
 @section(
-    "cost", "Which machine", LOAD,
+    "cost", "Which machine", (LOAD, CELLS),
     "Per model and scenario, what a million requests cost on each machine at its largest rate VALID under the bound "
     "(server) and at Offline's rate: price per hour / (3600 x rate) x 10^6, with the interval the rate's over rounds "
     "gives, output tokens' cost when generating, joules per unit where a counter read them; the choices that keep the "
@@ -54,5 +61,5 @@ def show_cost(run: SummaryRun) -> None:
     show_table(cost.decision_table(costs(run)), run.output_dir, "cost_decision",
                when_empty="No priced environment keeps the quality target: none is ranked.")  # fmt: skip
     show_table(costs(run), run.output_dir, "cost")
-    show_table(cost.call_cost_table(run.all_rows, run.machines), run.output_dir, "cost_per_call",
+    show_table(call_costs(run), run.output_dir, "cost_per_call",
                when_empty="No priced cell was timed one call at a time.")  # fmt: skip
