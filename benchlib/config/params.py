@@ -131,7 +131,7 @@ class BenchmarkParams(BaseModel):
     price_per_hour: float | None = Field(
         default=None, gt=0, allow_inf_nan=False, description="What the machine costs an hour, in currency (null: no price, so no cost is shown)."
     )
-    currency: str = Field(default="USD", pattern=CURRENCY_PATTERN, description="The price's currency: an ISO 4217 code (USD, EUR, ...).")
+    currency: str = Field(default="USD", description="The price's currency: an ISO 4217 code (USD, EUR, ...).")
     output_dir: str = Field(min_length=1, description="The environment's folder: its rows, its machine and software record and its executed notebook go there.")
 
     @model_validator(mode="before")
@@ -269,6 +269,13 @@ class BenchmarkParams(BaseModel):
         if problems:
             raise ValueError("; ".join(problem.removeprefix("tune.") for problem in problems))
         return tune
+
+    @field_validator("currency")
+    @classmethod
+    def _currency(cls, currency: str) -> str:
+        if not re.fullmatch(CURRENCY_PATTERN, currency):
+            raise ValueError(f"must be an ISO 4217 code such as USD or EUR, not {currency!r}")
+        return currency
 
     @field_validator("current_round")
     @classmethod

@@ -120,10 +120,6 @@ def test_a_run_without_a_price_shows_no_cost_and_says_so_once(priced_runs: tuple
 def test_each_bad_price_or_name_is_one_line_and_changes_nothing(priced_runs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     small, big = priced_runs
     before = {path: path.read_bytes() for run in (small, big) for path in sorted(run.rglob("*")) if path.is_file()}
-    for price in ("-1", "0", "abc", "nan"):
-        assert main(["run", "--grid", "load-smoke", "--environments", "cpu-pytorch", "--out", str(tmp_path / "no"), "--price-per-hour", price]) == 2
-        assert capsys.readouterr().err == f"--price-per-hour: must be a number above 0 (what the machine costs an hour), not {price!r}\n"
-    assert not (tmp_path / "no").exists()
     must = "price_per_hour: must be a number above 0 (what the machine costs an hour), not"
     bad = {
         "- name: small-vm\n  price_per_hour: -0.5\n": f"2: {must} -0.5",
@@ -147,6 +143,16 @@ def test_each_bad_price_or_name_is_one_line_and_changes_nothing(priced_runs: tup
     assert error.count("\n") == 1 and error.startswith("other/cpu-pytorch/environment.json: machine_name: 'small-vm' is also the machine of small-vm/"), error
     assert "whose hardware differs (" in error and "; here Another CPU," in error
     assert {path: path.read_bytes() for run in (small, big) for path in sorted(run.rglob("*")) if path.is_file()} == before  # nothing changed
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "error"),
+    [("--price-per-hour", price, f"--price-per-hour: must be a number above 0 (what the machine costs an hour), not {price!r}") for price in ("-1", "0", "abc", "nan")]
+    + [("--currency", "usd", "cpu-pytorch: currency: must be an ISO 4217 code such as USD or EUR, not 'usd' (from --currency)")],
+)  # fmt: skip
+def test_a_bad_price_or_currency_on_run_is_one_line_before_any_kernel(option: str, value: str, error: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--grid", "load-smoke", "--environments", "cpu-pytorch", "--out", str(tmp_path / "no"), option, value]) == 2
+    assert capsys.readouterr().err == error + "\n" and not (tmp_path / "no").exists()
 
 
 @pytest.mark.e2e
