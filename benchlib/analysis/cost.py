@@ -38,7 +38,7 @@ from benchlib.store.environment import read_environment
 from benchlib.store.layout import environment_dirs
 from benchlib.store.results import judged_percentile, read_results
 from benchlib.workloads.agreement import AGREEMENT_BAR
-from benchlib.workloads.quality import BELOW, KEEPS, UNDECIDED
+from benchlib.workloads.quality import BELOW, KEEPS, UNDECIDED, examples_to_decide
 
 PER = 1e6  # costs are per million requests, tokens or calls
 PRICED_SCENARIOS: tuple[str, ...] = ("server", "offline")
@@ -46,7 +46,7 @@ PRICE_FIELDS: tuple[str, ...] = ("name", "price_per_hour", "currency", "source",
 COST_COLUMNS: tuple[str, ...] = (
     "model", "scenario", "machine", "environment", "run", "rounds", "rate", "rate_low", "rate_high", "rate_is_lower_bound", "price_per_hour", "currency",
     "cost_per_million", "cost_low", "cost_high", "tokens_per_s", "cost_per_million_tokens", "tokens_cost_low", "tokens_cost_high",
-    "energy_j", "energy_unit", "latency_ms", "agreement", "quality_verdict", "settings_file", "price_from",
+    "energy_j", "energy_unit", "latency_ms", "agreement", "quality_verdict", "to_decide", "settings_file", "price_from",
 )  # fmt: skip
 DECISION_COLUMNS: tuple[str, ...] = (
     "model", "scenario", "rank", "machine", "environment", "cost_per_million", "cost_low", "cost_high", "currency", "rate",
@@ -199,17 +199,24 @@ def _rates(rows: pd.DataFrame) -> list[float]:
     return [figure for _, row in rows.sort_values("round").iterrows() if not math.isnan(figure := under_load.figure_of(row))]
 
 
-def _quality(cells: pd.DataFrame, target: float) -> tuple[float, str]:
-    """(the agreement with eager PyTorch float32, the quality verdict): `below` under `target` (the environment's
-    `quality_target`, at least AGREEMENT_BAR) or where a task's quality is below its target, `undecided` where the task's
-    quality cannot tell or nothing was compared, else `keeps`."""
+def _quality(cells: pd.DataFrame, target: float) -> tuple[float, str, str]:
+    """(the agreement with eager PyTorch float32, the quality verdict, what would decide an undecided one): `below` under
+    `target` (the environment's `quality_target`, at least AGREEMENT_BAR) or where a task's quality is below its target,
+    `undecided` where the task's quality cannot tell (about how many examples would decide) or nothing was compared,
+    else `keeps`."""
     agreement = under_load.agreement_of(cells)
     verdicts = set(cells["quality_verdict"].dropna().astype(str)) - {""} if "quality_verdict" in cells else set()
     if agreement < target or BELOW in verdicts:
-        return agreement, BELOW
-    if math.isnan(agreement) or UNDECIDED in verdicts:
-        return agreement, UNDECIDED
-    return agreement, KEEPS
+        return agreement, BELOW, ""
+    if UNDECIDED in verdicts:
+        line = cells[cells["quality_verdict"].astype(str) == UNDECIDED].iloc[0]
+        number = lambda column: pd.to_numeric(line.get(column), errors="coerce")  # noqa: E731
+        examples = examples_to_decide(number("quality_ratio"), number("quality_ratio_low"), number("quality_ratio_high"),
+                                      number("quality_target"), int(number("quality_n")) if pd.notna(number("quality_n")) else 0)  # fmt: skip
+        return agreement, UNDECIDED, f"about {examples:,} examples would decide" if examples else "more examples would decide"
+    if math.isnan(agreement):
+        return agreement, UNDECIDED, "its agreement with eager PyTorch float32, measured beside it, would decide"
+    return agreement, KEEPS, ""
 
 
 def _numbers(rows: pd.DataFrame, column: str) -> pd.Series:
@@ -229,7 +236,7 @@ def _line(model: str, scenario: str, machine: dict[str, Any], environment: str, 
     energy = _numbers(valid, "energy_j")
     percentile = judged_percentile(valid.iloc[0]) if scenario == "server" else None
     latency = _numbers(valid, f"latency_p{percentile}_s").median() * 1000 if percentile else math.nan
-    agreement, quality = _quality(cells, machine["target"])
+    agreement, quality, decide = _quality(cells, machine["target"])
     return {
         "model": model, "scenario": scenario, "machine": machine["machine"], "environment": environment, "run": machine["run"],
         "rounds": len(rates), "rate": rate, "rate_low": low, "rate_high": high, "price_per_hour": per_hour,
@@ -241,7 +248,7 @@ def _line(model: str, scenario: str, machine: dict[str, Any], environment: str, 
         "tokens_cost_low": cost_of(per_hour, token_high), "tokens_cost_high": cost_of(per_hour, token_low),
         "energy_j": energy.median() if len(energy) else math.nan,
         "energy_unit": str(valid["energy_unit"].dropna().iloc[0]) if len(energy) else "", "latency_ms": latency,
-        "agreement": agreement, "quality_verdict": quality, "settings_file": "", "price_from": price.described() if price else "",
+        "agreement": agreement, "quality_verdict": quality, "to_decide": decide, "settings_file": "", "price_from": price.described() if price else "",
     }  # fmt: skip
 
 
@@ -381,8 +388,8 @@ def decision_sentences(costs: pd.DataFrame, bound: str = "") -> list[str]:
             sentence += " Not ranked, below the quality target: " + "; ".join(f"{_choice(line)} (agreement {line['agreement']:.4g})" for _, line in below.iterrows()) + "."
         undecided = group[group["quality_verdict"] == UNDECIDED]
         if len(undecided):
-            sentence += " Undecided, not ranked until its quality is known (measure it beside eager PyTorch float32, or with more examples): " + "; ".join(
-                _choice(line) for _, line in undecided.iterrows()
+            sentence += " Undecided, not ranked until its quality is known: " + "; ".join(
+                f"{_choice(line)} ({line['to_decide']})" for _, line in undecided.iterrows()
             ) + "."
         sentences.append(sentence)
     return sentences

@@ -189,6 +189,7 @@ COLUMNS: dict[str, str] = {
     "tokens_cost_high": "The high end of the cost per million tokens' 95% interval over rounds.",
     "energy_unit": "What `energy_j` is per under load: a served `sample` (a request) or a generated `token`.",
     "latency_ms": "The server's latency at its judged percentile, at its largest rate VALID under the bound.",
+    "to_decide": "Of an undecided quality: what would decide it (about how many examples, or its agreement measured beside eager PyTorch float32).",
     "settings_file": "A tune's confirmed best settings: the parameters file to deploy (`run --params`).",
     "price_from": "Where the price was given: a prices file and its line, or the run's environment.json.",
     "rank": "The order by cost among the choices that keep the quality target (1: the cheapest).",

@@ -252,4 +252,18 @@ def test_a_runner_up_within_the_cheapests_interval_is_said_as_a_tie_and_an_undec
     sentence = cost.decision_sentences(costs)[0]
     assert "the cheapest is cpu-pytorch on vm: 2.525 USD per million requests (95% interval " in sentence
     assert " Tied with it, within its interval: cpu-onnxruntime on vm (2.646 USD)." in sentence
-    assert sentence.endswith("Undecided, not ranked until its quality is known (measure it beside eager PyTorch float32, or with more examples): cpu-openvino on vm.")
+    assert sentence.endswith(
+        "Undecided, not ranked until its quality is known: cpu-openvino on vm (its agreement with eager PyTorch float32, measured beside it, would decide)."
+    )
+
+
+def test_an_environment_whose_task_quality_cannot_tell_says_how_many_examples_would_decide() -> None:
+    quality = dict(quality_verdict="undecided", quality_ratio=0.985, quality_ratio_low=0.97, quality_ratio_high=1.0, quality_target=0.99, quality_n=100)
+    rows = pd.DataFrame([load_row("cpu-pytorch", "server", max_qps=50.0), load_row("cpu-onnxruntime", "server", max_qps=80.0, **quality)]).assign(run="run")
+    machines = pd.DataFrame([
+        {"run": "run", "environment": name, "machine": "vm", "hardware": "x", "price": cost.Price(1.0, "USD", "f:1"), "where": "", "target": 0.99}
+        for name in ("cpu-pytorch", "cpu-onnxruntime")
+    ])  # fmt: skip
+    line = cost.cost_table(rows, machines).set_index("environment").loc["cpu-onnxruntime"]
+    assert (line["quality_verdict"], line["to_decide"]) == ("undecided", "about 900 examples would decide")  # 100 x (0.015 / 0.005)^2
+    assert cost.decision_sentences(cost.cost_table(rows, machines))[0].startswith("For bert, served under the latency bound (server), the cheapest is cpu-pytorch on vm")
