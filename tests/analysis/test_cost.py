@@ -25,7 +25,7 @@ from benchlib.store.layout import ENVIRONMENT_FILE
 from tests.analysis.test_under_load import load_row
 from tests.report.test_browser import browser, seen  # noqa: F401  (the module's Chromium, reused)
 
-SMALL, BIG = ("small-vm", 0.1), ("big-vm", 1.0)
+SMALL, BIG = ("small-vm", 0.01), ("big-vm", 1.0)  # a hundredfold: the flip outlasts a busy machine's spread of rates
 
 
 def make_run(folder: Path, name: str, price: float, environments: str, params: str) -> Path:
@@ -94,7 +94,7 @@ def test_the_decision_flips_when_the_prices_swap_and_never_ranks_an_environment_
     sentence = cost.decision_sentences(costs, "under 200 ms")[0]
     assert sentence.startswith("For gpt2, served under 200 ms (server), the cheapest is cpu-pytorch on small-vm: ")
     assert "Not ranked, below the quality target: cpu-onnxruntime-int8 on small-vm (agreement " in sentence
-    swapped = prices_file(tmp_path, "- name: small-vm\n  price_per_hour: 1.0\n- name: big-vm\n  price_per_hour: 0.1\n  source: a test\n")
+    swapped = prices_file(tmp_path, "- name: small-vm\n  price_per_hour: 1.0\n- name: big-vm\n  price_per_hour: 0.01\n  source: a test\n")
     repriced = costs_of([small, big], swapped)
     flipped = cost.decision_table(repriced)
     assert repriced.set_index("machine").loc["big-vm", "price_from"] == f"{swapped}:3 (a test)"  # the file's price, its line and source
