@@ -363,7 +363,7 @@ def decision_sentences(costs: pd.DataFrame, bound: str = "") -> list[str]:
             unit = UNIT[scenario]
             sentence = (
                 f"For {model}, {where}, the cheapest is {_choice(best)}: {money(best['cost_per_million'], best['currency'])} per million {unit} "
-                f"({interval_text(best)}), at {'at least ' if best['rate_is_lower_bound'] else ''}{best['rate']:.4g} {unit}/s and "
+                f"({interval_text(best)}), serving {'at least ' if best['rate_is_lower_bound'] else ''}{best['rate']:.4g} {unit}/s at "
                 f"{money(best['price_per_hour'], best['currency'])} an hour"
             )
             if best["rate_is_lower_bound"]:
