@@ -46,7 +46,7 @@ PRICE_FIELDS: tuple[str, ...] = ("name", "price_per_hour", "currency", "source",
 COST_COLUMNS: tuple[str, ...] = (
     "model", "scenario", "machine", "environment", "run", "rounds", "rate", "rate_low", "rate_high", "rate_is_lower_bound", "price_per_hour", "currency",
     "cost_per_million", "cost_low", "cost_high", "tokens_per_s", "cost_per_million_tokens", "tokens_cost_low", "tokens_cost_high",
-    "energy_j", "energy_unit", "latency_ms", "agreement", "quality_verdict", "to_decide", "settings_file", "price_from",
+    "energy_j", "energy_unit", "latency_ms", "agreement", "target", "quality_verdict", "to_decide", "settings_file", "price_from",
 )  # fmt: skip
 DECISION_COLUMNS: tuple[str, ...] = (
     "model", "scenario", "rank", "machine", "environment", "cost_per_million", "cost_low", "cost_high", "currency", "rate",
@@ -248,7 +248,7 @@ def _line(model: str, scenario: str, machine: dict[str, Any], environment: str, 
         "tokens_cost_low": cost_of(per_hour, token_high), "tokens_cost_high": cost_of(per_hour, token_low),
         "energy_j": energy.median() if len(energy) else math.nan,
         "energy_unit": str(valid["energy_unit"].dropna().iloc[0]) if len(energy) else "", "latency_ms": latency,
-        "agreement": agreement, "quality_verdict": quality, "to_decide": decide, "settings_file": "", "price_from": price.described() if price else "",
+        "agreement": agreement, "target": machine["target"], "quality_verdict": quality, "to_decide": decide, "settings_file": "", "price_from": price.described() if price else "",
     }  # fmt: skip
 
 
@@ -385,7 +385,7 @@ def decision_sentences(costs: pd.DataFrame, bound: str = "") -> list[str]:
                 )
         below = group[group["quality_verdict"] == BELOW]
         if len(below):
-            sentence += " Not ranked, below the quality target: " + "; ".join(f"{_choice(line)} (agreement {line['agreement']:.4g})" for _, line in below.iterrows()) + "."
+            sentence += " Not ranked, below the quality target: " + "; ".join(f"{_choice(line)} (agreement {line['agreement']:.6g} under {line['target']:.6g})" for _, line in below.iterrows()) + "."
         undecided = group[group["quality_verdict"] == UNDECIDED]
         if len(undecided):
             sentence += " Undecided, not ranked until its quality is known: " + "; ".join(

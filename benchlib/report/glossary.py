@@ -155,7 +155,7 @@ COLUMNS: dict[str, str] = {
     "ratio": "The score as a share of eager float32's, higher is better (a perplexity's: float32's over the environment's).",
     "ratio_low": "The low end of the ratio's 95% interval (the same resampled examples for both scores).",
     "ratio_high": "The high end of the ratio's 95% interval.",
-    "target": "The share of eager float32's score to keep: `quality_target` (MLPerf's 0.99).",
+    "target": "The share of eager float32's score to keep: `quality_target` (MLPerf's 0.99); in the cost tables, of its agreement too, at least 0.99.",
     "examples": "The examples scored.",
     "decide_examples": "Of an undecided verdict: about how many examples would likely decide it (where the half of the interval facing the target, shrinking as one over the square root of the examples, would reach just to the target).",
     "truncated": "Texts cut to the model's context before scoring.",
