@@ -13,6 +13,7 @@ from pathlib import Path
 
 from benchlib import status
 from benchlib.analysis.compare import DEFAULT_ALPHA, DEFAULT_THRESHOLD
+from benchlib.analysis.cost import PriceError, check_price, run_machines
 from benchlib.backends import not_installed_message
 from benchlib.config.jobs import DEFAULT_ENVIRONMENTS, DEFAULT_GRID, GPU_DEFAULT_ENVIRONMENTS, default_environments, default_run_dir, plan_run
 from benchlib.config.params import ParameterError
@@ -64,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-limits", action="store_true", help="do not measure the machine's peak GEMM rate and memory bandwidth (machine_limits.json)")
     run.add_argument("--quiet", action="store_true", help="no progress bars")
     run.add_argument("--yes", action="store_true", help="run a load run whose estimate is over max_run_minutes without asking")
+    run.add_argument("--machine-name", metavar="NAME", help="a name for this machine in the decision across machines (default: its hostname), recorded with the run")
+    run.add_argument("--price-per-hour", metavar="PRICE", help="what this machine costs an hour, for the cost per million requests (default: none, no cost shown)")
+    run.add_argument("--currency", metavar="CODE", help="the price's currency, an ISO 4217 code (default: USD)")
     run.add_argument(
         "--cluster", metavar="ADDRESS",
         help="run each environment as a task on the Dask cluster whose scheduler is at ADDRESS (tls://HOST:PORT with --tls; "
@@ -81,8 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_argument("action", choices=("certs",), help="certs: write the certificates")
     cluster.add_argument("folder", type=Path, metavar="DIR", help="where to write them (ca.pem, scheduler.pem/.key, worker.pem/.key, client.pem/.key)")
 
-    summary = commands.add_parser("summary", help="render the summary of one or more run folders")
+    summary = commands.add_parser("summary", help="render the summary of one or more run folders (from several machines: which machine, at what price)")
     summary.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    summary.add_argument("--prices", type=Path, metavar="FILE", help="a YAML list of machines (name, price_per_hour, currency, source, date) pricing the runs' machines")
 
     compare = commands.add_parser("compare", help="what got faster or slower from run A to run B (exit status 1 when an environment got slower)")
     compare.add_argument("run_a", type=Path, metavar="RUN_A")
@@ -103,12 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def render_summary(run_dirs: list[Path]) -> bool:
-    """Render the summary of `run_dirs`; prints where summary.html is, or why it failed."""
+def render_summary(run_dirs: list[Path], prices: Path | None = None) -> bool:
+    """Render the summary of `run_dirs` (their machines priced by `prices` where given); prints where summary.html is, or
+    why it failed."""
     try:
         from benchlib.report.render import render_summary as render
 
-        html = render(run_dirs)
+        html = render(run_dirs, prices=prices)
     except Exception as exc:  # the environments' results stay; only the summary is missing
         print(f"summary failed: {status.describe(exc)}", file=sys.stderr)
         return False
@@ -155,6 +161,15 @@ def command_run(args: argparse.Namespace) -> int:
             print(error, file=sys.stderr)
             return USAGE_ERROR
     overrides = {"offline": (False, "--online")} if args.online else {}
+    if args.price_per_hour is not None:
+        try:
+            args.price_per_hour = check_price(float(args.price_per_hour), "--price-per-hour")
+        except ValueError:  # not a number (PriceError is one too)
+            print(f"--price-per-hour: must be a number above 0 (what the machine costs an hour), not {args.price_per_hour!r}", file=sys.stderr)
+            return USAGE_ERROR
+    for name in ("machine_name", "price_per_hour", "currency"):
+        if getattr(args, name) is not None:
+            overrides[name] = (getattr(args, name), f"--{name.replace('_', '-')}")
     if args.models is not None:
         models = [name.strip() for name in args.models.split(",") if name.strip()]
         if not models:
@@ -244,7 +259,12 @@ def command_summary(args: argparse.Namespace) -> int:
     if missing:
         print(f"RUN_DIR: no such folder: {', '.join(missing)}", file=sys.stderr)
         return USAGE_ERROR
-    return 0 if render_summary(list(args.run_dirs)) else 1
+    try:
+        run_machines(args.run_dirs, args.prices)  # names, hardware and prices checked before the notebook
+    except PriceError as error:
+        print(error, file=sys.stderr)
+        return USAGE_ERROR
+    return 0 if render_summary(list(args.run_dirs), args.prices) else 1
 
 
 def age_text(seconds: float) -> str:

@@ -45,7 +45,7 @@ from scipy.stats import mannwhitneyu
 
 from benchlib import status
 from benchlib.analysis import load as under_load
-from benchlib.analysis import significance, task_quality, tune, variance
+from benchlib.analysis import cost, significance, task_quality, tune, variance
 from benchlib.analysis.runs import NOT_MEASURED, Run, read_run, run_models, short_model_names
 from benchlib.analysis.significance import FASTER, SLOWER
 from benchlib.store.layout import COMPARE_CELLS, COMPARE_DIFFERENCES, RESULTS_FILE, environment_dirs
@@ -317,7 +317,13 @@ def compare_runs(run_a: str | os.PathLike[str], run_b: str | os.PathLike[str], t
     limits = thresholds(a, b, threshold)
     cells = compare_cells(a, b, limits, alpha)
     quality = task_quality.quality_changes(task_quality.run_quality(run_a), task_quality.run_quality(run_b))
+    notes += cost.cheaper_sentences(run_costs(run_a), run_costs(run_b))
     return RunComparison(a, b, cells, compare_environments(cells, a, b, limits), environment_differences(a, b), threshold, alpha, tuple(notes), quality)
+
+
+def run_costs(run_dir: str | os.PathLike[str]) -> pd.DataFrame:
+    """A run's cost per million at each load line's operating point, priced by its own environment.json (`cost.cost_table`)."""
+    return cost.cost_table(under_load.load_rows([run_dir]), cost.run_machines([run_dir]), [run_dir])
 
 
 def signed_percent(value: float) -> str:

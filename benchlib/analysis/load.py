@@ -104,9 +104,9 @@ def figure_columns(table: pd.DataFrame, scenario: str) -> list[str]:
     return [column for column in table.columns if column == prefix or (suffix and column.startswith(prefix) and column.endswith(suffix))]
 
 
-def _ways(rows: pd.DataFrame) -> dict[str, pd.Series]:
+def ways(rows: pd.DataFrame) -> dict[str, pd.Series]:
     """`options` and `precision` as the baseline's selector reads them (blank: the backend's defaults, float32)."""
-    return {"options": rows["options"].fillna("").astype(str), "precision": rows["precision"].fillna("float32")}
+    return {"options": rows["options"].astype(object).fillna("").astype(str), "precision": rows["precision"].fillna("float32")}
 
 
 def invalid_text(cells: pd.DataFrame) -> str:
@@ -130,7 +130,7 @@ def scenario_table(rows: pd.DataFrame) -> pd.DataFrame:
     if rows.empty:
         return pd.DataFrame()
     rows = rows.assign(
-        **_ways(rows), figure=[figure_of(row) for _, row in rows.iterrows()],
+        **ways(rows), figure=[figure_of(row) for _, row in rows.iterrows()],
         column=[figure_column(row["scenario"], judged_percentile(row)) for _, row in rows.iterrows()],
     )  # fmt: skip
     lines, measured = [], set(rows["scenario"])  # a scenario no row measured has no column
@@ -335,7 +335,7 @@ def scenario_speedups(rows: pd.DataFrame) -> pd.DataFrame:
     lines = []
     if rows.empty:
         return pd.DataFrame(columns=list(SPEEDUP_COLUMNS))
-    rows = rows.assign(**_ways(rows))
+    rows = rows.assign(**ways(rows))
     for (model, scenario), group in rows.groupby(["model", "scenario"], sort=False):
         baseline = BASELINE.select(group)[:1]
         if not baseline:

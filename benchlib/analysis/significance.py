@@ -60,6 +60,16 @@ def _resampled_medians(values: Values, rng: np.random.Generator, resamples: int)
     return np.median(rng.choice(data, size=(resamples, len(data)), replace=True), axis=1)
 
 
+def median_interval(values: Values, resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, float]:
+    """The bootstrap percentile interval of the median of `values` (one figure per round); NaNs for fewer than two."""
+    if len(values) < 2:
+        return math.nan, math.nan
+    medians = _resampled_medians(values, np.random.default_rng(seed), resamples)
+    tail = (1 - CONFIDENCE) / 2 * 100
+    low, high = np.percentile(medians, [tail, 100 - tail])
+    return float(low), float(high)
+
+
 def ratio_interval(
     base: Sequence[Values], candidate: Sequence[Values], how: str = GEOMEAN, over: str = "samples",
     resamples: int = RESAMPLES, seed: int = 0,

@@ -25,6 +25,7 @@ LOAD_SCENARIOS: tuple[str, ...] = ("single-stream", "multi-stream", "server", "o
 LATENCY_PERCENTILES: tuple[int, ...] = (90, 99)
 SCENARIOS: tuple[str, ...] = (CELL, *LOAD_SCENARIOS)
 DEFAULT_REQUEST_LENGTHS: tuple[int, ...] = (32, 64, 128)
+CURRENCY_PATTERN = r"[A-Z]{3}"  # ISO 4217's codes
 
 
 class BenchmarkParams(BaseModel):
@@ -70,7 +71,7 @@ class BenchmarkParams(BaseModel):
         description="The user's examples, scored in every environment (JSONL or CSV): text and label, text, text_pair and score, or text (perplexity).",
     )  # fmt: skip
     quality_target: float = Field(
-        default=0.99, gt=0, le=1, description="The share of eager float32's score an environment must keep (MLPerf's 0.99; 0.999 its high-accuracy variant)."
+        default=0.99, gt=0, le=1, description="The share of eager float32's score an environment must keep (MLPerf's 0.99; 0.999 its high-accuracy variant); under load, of its agreement too, where stricter."
     )
     model_scale: Literal["full", "tiny"] = Field(default="full", description="full: the published sizes; tiny: the same architectures, seconds to build.")
     batch_sizes: list[StrictInt] = Field(min_length=1, description="The batch sizes of the grid (a load scenario: max_batch).")
@@ -124,6 +125,13 @@ class BenchmarkParams(BaseModel):
     rounds: StrictInt = Field(default=1, ge=1, description="Times every environment is run, each in a fresh kernel, the order rotated.")
     current_round: StrictInt = Field(default=1, ge=1, description="The round this kernel runs (set by the runner).")
     memory_limit_gb: float | None = Field(default=None, gt=0, description="Bounds the kernel's memory: an allocation past it fails, and the cell is oom.")
+    machine_name: str | None = Field(
+        default=None, min_length=1, description="A name for the machine, for the decision across machines (null: its hostname)."
+    )
+    price_per_hour: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False, description="What the machine costs an hour, in currency (null: no price, so no cost is shown)."
+    )
+    currency: str = Field(default="USD", description="The price's currency: an ISO 4217 code (USD, EUR, ...).")
     output_dir: str = Field(min_length=1, description="The environment's folder: its rows, its machine and software record and its executed notebook go there.")
 
     @model_validator(mode="before")
@@ -261,6 +269,13 @@ class BenchmarkParams(BaseModel):
         if problems:
             raise ValueError("; ".join(problem.removeprefix("tune.") for problem in problems))
         return tune
+
+    @field_validator("currency")
+    @classmethod
+    def _currency(cls, currency: str) -> str:
+        if not re.fullmatch(CURRENCY_PATTERN, currency):
+            raise ValueError(f"must be an ISO 4217 code such as USD or EUR, not {currency!r}")
+        return currency
 
     @field_validator("current_round")
     @classmethod

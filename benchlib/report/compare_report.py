@@ -13,6 +13,7 @@ import pandas as pd
 from benchlib.analysis.compare import (
     CELL_COLUMNS, DEFAULT_ALPHA, DEFAULT_THRESHOLD, SLOWER, CompareError, RunComparison, compare_runs, signed_percent, summary_lines,
 )  # fmt: skip
+from benchlib.analysis.cost import PriceError
 from benchlib.paths import display_path
 from benchlib.report.plots import change_plot, save_figure_file
 from benchlib.report.reference import markdown_table
@@ -105,7 +106,7 @@ def run_compare(
     2 (with a one-line error) for bad input, else 0."""
     try:
         comparison = compare_runs(run_a, run_b, threshold, alpha)
-    except CompareError as error:
+    except (CompareError, PriceError) as error:
         print(f"compare: {error}", file=sys.stderr)
         return 2
     report = write_report(comparison, out if out is not None else compare_dir(run_a, run_b))

@@ -256,6 +256,44 @@ def pareto_front(points: pd.DataFrame) -> pd.DataFrame:
     return points.loc[front].sort_values("figure")
 
 
+def cost_latency(costs: pd.DataFrame, latency_bound_ms: float | None = None) -> Figure:
+    """Cost per million requests against the server's latency at its judged percentile (`cost.cost_table`'s server lines):
+    one panel per model, one point per machine and environment with the cost's interval, a dot where it keeps the
+    quality target, an x below it, a hollow square undecided; the Pareto front of those that keep drawn (none cheaper and
+    faster), the bound dashed where given."""
+    data = costs[(costs["scenario"] == "server")].dropna(subset=["cost_per_million", "latency_ms"])
+    if data.empty:
+        raise ValueError("costs: no priced server line with a latency to plot")
+    models = list(dict.fromkeys(data["model"]))
+    figure, axes = plt.subplots(1, len(models), figsize=(5.2 * len(models), 2.8), squeeze=False)
+    labels = data["environment"] + " on " + data["machine"]
+    colours = dict(zip(labels.unique(), sns.color_palette(n_colors=labels.nunique())))
+    for ax, model in zip(axes[0], models):
+        lines = data[data["model"] == model]
+        for label, row in zip(labels[lines.index], lines.itertuples()):
+            y_err = [[max(row.cost_per_million - row.cost_low, 0)], [max(row.cost_high - row.cost_per_million, 0)]] if pd.notna(row.cost_low) else None
+            marker = {KEEPS: "o", UNDECIDED: "s"}.get(row.quality_verdict, "X")
+            ax.errorbar(row.latency_ms, row.cost_per_million, yerr=y_err, fmt=marker, color=colours[label], label=label, capsize=3,
+                        markerfacecolor="none" if row.quality_verdict == UNDECIDED else colours[label])  # fmt: skip
+        keeping = lines[lines["quality_verdict"] == KEEPS]
+        if len(keeping):
+            front = pareto_front(keeping.assign(figure=-keeping["cost_per_million"]))
+            ax.plot(front["latency_ms"], front["cost_per_million"], color="black", linewidth=1, linestyle="-", label="Pareto front")
+        if latency_bound_ms:
+            ax.axvline(latency_bound_ms, color="grey", linestyle="--", linewidth=1)
+        ax.set_title(model, fontsize=9)
+        ax.set_xlabel("latency at the percentile (ms)")
+    currency = data["currency"].iloc[0]
+    axes[0][0].set_ylabel(f"{currency} per million requests")
+    handles = {label: handle for ax in axes[0] for handle, label in zip(*ax.get_legend_handles_labels())}
+    figure.legend(handles.values(), handles.keys(), loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
+    bound = f"; the bound {latency_bound_ms:g} ms dashed" if latency_bound_ms else ""
+    figure.suptitle(f"Cost against latency at the largest rate VALID under the bound (x: below the quality target, never ranked{bound})", y=1.02)
+    figure.tight_layout()
+    plt.close(figure)
+    return figure
+
+
 def tune_points(points: pd.DataFrame, latency_bound_ms: float | None = None) -> Figure:
     """Every point of a tune: latency at the percentile against the objective's rate, one panel per model, one colour
     per environment, each environment's Pareto frontier drawn through its points that may be chosen, refused points as

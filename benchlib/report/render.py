@@ -24,10 +24,11 @@ def notebook_path() -> Path:
     return path
 
 
-def render_summary(run_dirs: list[Path] | list[str], output_dir: Path | None = None) -> Path:
+def render_summary(run_dirs: list[Path] | list[str], output_dir: Path | None = None, prices: Path | None = None) -> Path:
     """Execute the summary notebook on `run_dirs` into `<output_dir>/summary.ipynb`, render `summary.html`, return its path.
 
-    `output_dir` defaults to the first run folder; the notebook writes tables/*.csv and figures/*.png there.
+    `output_dir` defaults to the first run folder; the notebook writes tables/*.csv and figures/*.png there. `prices`: a
+    prices file pricing the runs' machines (`analysis.cost.read_prices`).
     """
     if isinstance(run_dirs, (str, os.PathLike)):
         run_dirs = [run_dirs]
@@ -40,7 +41,7 @@ def render_summary(run_dirs: list[Path] | list[str], output_dir: Path | None = N
     output = Path(output_dir).resolve() if output_dir is not None else runs[0]
     output.mkdir(parents=True, exist_ok=True)
     executed = output / layout.SUMMARY_NOTEBOOK
-    execute_notebook(notebook_path(), executed, {"run_dirs": [str(run) for run in runs], "output_dir": str(output)}, output / layout.KERNEL_LOG)
+    execute_notebook(notebook_path(), executed, {"run_dirs": [str(run) for run in runs], "output_dir": str(output), "prices": str(Path(prices).resolve()) if prices else None}, output / layout.KERNEL_LOG)
     html = output / layout.SUMMARY_HTML
     html.write_text(notebook_html(nbformat.read(executed, as_version=4), code=False), encoding="utf-8")
     return html

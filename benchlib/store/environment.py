@@ -25,7 +25,7 @@ def describe_environment(
     `backend_versions` what the framework itself reports (CUDA, cuDNN, ...).
     """
     return {
-        "parameters": parameters,
+        "parameters": own_machine(parameters),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": describe_machine(),
         "software": {
@@ -42,6 +42,26 @@ def describe_environment(
             **{name: os.environ.get(name) for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")},
         },
     }
+
+
+# A machine's own name and price, set where it measures (a cluster's worker): used where the parameters give none.
+MACHINE_VARIABLES: dict[str, str] = {"machine_name": "BENCHLIB_MACHINE_NAME", "price_per_hour": "BENCHLIB_PRICE_PER_HOUR", "currency": "BENCHLIB_CURRENCY"}
+
+
+def own_machine(parameters: dict[str, Any]) -> dict[str, Any]:
+    """`parameters` with the machine's name, and its price and currency together, from MACHINE_VARIABLES where the
+    parameters give none (a price that is not a number is kept as given: the summary refuses it in one line)."""
+    values = dict(parameters)
+    if values.get("machine_name") is None and os.environ.get(MACHINE_VARIABLES["machine_name"]):
+        values["machine_name"] = os.environ[MACHINE_VARIABLES["machine_name"]]
+    price = os.environ.get(MACHINE_VARIABLES["price_per_hour"])
+    if values.get("price_per_hour") is None and price:
+        try:
+            values["price_per_hour"] = float(price)
+        except ValueError:
+            values["price_per_hour"] = price
+        values["currency"] = os.environ.get(MACHINE_VARIABLES["currency"]) or values.get("currency")
+    return values
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from benchlib import read_results
+from benchlib.analysis import cost
 from benchlib.analysis import tune as analysis
 from benchlib.analysis.compare import compare_runs
 from benchlib.analysis.significance import VERDICTS
@@ -149,6 +150,25 @@ def test_the_deployable_settings_measure_the_chosen_point_again(tuned: dict, tmp
     chosen = yaml.safe_load(deploy.read_text(encoding="utf-8"))
     assert (recorded["streams"], recorded["max_batch"], recorded["scenario"]) == (chosen["streams"], chosen["max_batch"], ["server"])
     assert read_results(again / "cpu-pytorch").iloc[0]["batch_size"] == chosen["max_batch"]
+
+
+@pytest.mark.e2e
+def test_a_confirmed_gain_counts_in_the_decision_with_the_settings_file_to_deploy(tuned: dict, tmp_path: Path) -> None:
+    """The tuned run priced at summary time by its machine's name (its hostname): the confirmed best settings are a choice
+    of their own, at the confirmation's rates, naming the file to deploy; an unconfirmed gain is no choice."""
+    host = cost.run_machines([tuned["run"]])["machine"].iloc[0]
+    prices = tmp_path / "prices.yaml"
+    prices.write_text(f"- name: {host}\n  price_per_hour: 0.5\n", encoding="utf-8")
+    costs = cost.cost_table(pd.DataFrame(), cost.run_machines([tuned["run"]], prices), [tuned["run"]])
+    best = analysis.at_its_best([tuned["run"]]).iloc[0]
+    if best["verdict"] != "faster":
+        assert costs.empty
+        return
+    line = costs.iloc[0]
+    assert line["environment"] == f"cpu-pytorch at {analysis.settings_text(best['best_settings'])}" and line["rounds"] == 2
+    assert line["rate"] == pytest.approx(best["confirmed_best"]) and line["cost_per_million"] == pytest.approx(0.5 / (3600 * best["confirmed_best"]) * 1e6)
+    assert line["settings_file"] == str(layout.tuned_settings_file(tuned["run"], "cpu-pytorch", MODEL))
+    assert f"; deploy {line['settings_file']}." in cost.decision_sentences(costs)[0]
 
 
 @pytest.mark.e2e

@@ -33,7 +33,7 @@ from benchlib.report.sections.base import (
 )
 
 # Each kind of measurement's module, in the summary's order: importing it registers its sections.
-PARTS: tuple[str, ...] = ("cells", "study", "trust", "machine", "energy", "generation", "load", "tune", "task_quality")
+PARTS: tuple[str, ...] = ("cost", "cells", "study", "trust", "machine", "energy", "generation", "load", "tune", "task_quality")
 for _part in PARTS:
     importlib.import_module(f"{__name__}.{_part}")
 del _part

@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from benchlib.analysis import load as under_load
-from benchlib.analysis import quality, runs, tune
+from benchlib.analysis import cost, quality, runs, tune
 from benchlib.paths import display_path
 from benchlib.store.results import has_text
 
@@ -36,13 +36,17 @@ class SummaryRun:
 
     run_dirs: list[Path]
     output_dir: Path
+    prices: Path | None = None
     cache: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, run_dirs: list[str | os.PathLike[str]], output_dir: str | os.PathLike[str] | None = None) -> SummaryRun:
-        """The runs in `run_dirs` (empty: the newest under outputs/), writing to `output_dir` (None: the first run)."""
+    def load(
+        cls, run_dirs: list[str | os.PathLike[str]], output_dir: str | os.PathLike[str] | None = None, prices: str | os.PathLike[str] | None = None
+    ) -> SummaryRun:
+        """The runs in `run_dirs` (empty: the newest under outputs/), writing to `output_dir` (None: the first run), their
+        machines priced by the prices file `prices` where given (else by their own environment.json)."""
         folders = [Path(run_dir) for run_dir in run_dirs] or runs.default_run_dirs()
-        return cls(folders, Path(output_dir) if output_dir else folders[0])
+        return cls(folders, Path(output_dir) if output_dir else folders[0], Path(prices) if prices else None)
 
     @cached_property
     def all_rows(self) -> pd.DataFrame:
@@ -62,6 +66,11 @@ class SummaryRun:
     def loaded(self) -> pd.DataFrame:
         """The load scenarios' cells."""
         return under_load.load_rows(self.run_dirs)
+
+    @cached_property
+    def machines(self) -> pd.DataFrame:
+        """Per run and environment folder: its machine's name, hardware and price (`cost.run_machines`)."""
+        return cost.run_machines(self.run_dirs, self.prices)
 
     @cached_property
     def environments(self) -> list[dict[str, Any]]:
@@ -90,19 +99,22 @@ class SummaryRun:
 class Section:
     """One part of the summary: its title, the kind of measurement it reads, a caption of a line or two, the anchor of
     its explanation on DOCS_PAGE, and its functions: `show(run)` its tables and figures, `findings(run)` its sentences
-    for the summary's findings, `has_data(run)` whether the run holds what it shows (default: its kind was measured)."""
+    for the summary's findings, `has_data(run)` whether the run holds what it shows (default: its kind was measured), and
+    `lead(run)` what it shows above the findings, on the summary's first screen (a decision)."""
 
     key: str
     title: str
-    kind: str
+    kind: str | tuple[str, ...]  # several: the section reads any of them
     caption: str
     show: Callable[[SummaryRun], None]
     findings: Callable[[SummaryRun], list[str]] | None = None
     has_data: Callable[[SummaryRun], bool] | None = None
+    lead: Callable[[SummaryRun], None] | None = None
 
     def present(self, run: SummaryRun) -> bool:
         """Whether `run` holds this section's data."""
-        return run.measured()[self.kind] and (self.has_data is None or self.has_data(run))
+        kinds = (self.kind,) if isinstance(self.kind, str) else self.kind
+        return any(run.measured()[kind] for kind in kinds) and (self.has_data is None or self.has_data(run))
 
     @property
     def anchor(self) -> str:
@@ -113,15 +125,15 @@ SECTIONS: list[Section] = []
 
 
 def section(
-    key: str, title: str, kind: str, caption: str, findings: Callable[[SummaryRun], list[str]] | None = None,
-    has_data: Callable[[SummaryRun], bool] | None = None,
+    key: str, title: str, kind: str | tuple[str, ...], caption: str, findings: Callable[[SummaryRun], list[str]] | None = None,
+    has_data: Callable[[SummaryRun], bool] | None = None, lead: Callable[[SummaryRun], None] | None = None,
 ) -> Callable[[Callable[[SummaryRun], None]], Callable[[SummaryRun], None]]:  # fmt: skip
     """Register the decorated `show(run)` as a section of the summary, after those registered before it."""
 
     def register(show: Callable[[SummaryRun], None]) -> Callable[[SummaryRun], None]:
         if any(known.key == key for known in SECTIONS):
             raise ValueError(f"a summary section {key!r} is registered twice")
-        SECTIONS.append(Section(key, title, kind, caption, show, findings, has_data))
+        SECTIONS.append(Section(key, title, kind, caption, show, findings, has_data, lead))
         return show
 
     return register
@@ -174,12 +186,16 @@ def show_section(part: Section, number: int, run: SummaryRun) -> None:
 
 
 def show_summary(run: SummaryRun) -> None:
-    """In the notebook: the runs, the findings, the contents line, then every present section."""
+    """In the notebook: the runs, what the present sections lead with (a decision), the findings, the contents line, then
+    every present section."""
     from IPython.display import Markdown, display
 
     from benchlib.report.render import show_findings
 
     display(Markdown(run.runs_line()))
+    for part in present(run):
+        if part.lead:
+            part.lead(run)
     show_findings(findings(run), run.output_dir)
     display(Markdown(contents(run)))
     for number, part in enumerate(present(run), 1):

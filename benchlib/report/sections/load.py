@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from benchlib.analysis import cost
 from benchlib.analysis import load as under_load
 from benchlib.report import plots
 from benchlib.report.render import show_figure, show_table
@@ -24,7 +25,10 @@ def _tables(run: SummaryRun) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
 
 def load_findings(run: SummaryRun) -> list[str]:
     table, speedups, fastest = _tables(run)
-    return under_load.findings(table, fastest, speedups, under_load.bound_text(run.loaded, run.run_dirs))
+    sentences = under_load.findings(table, fastest, speedups, under_load.bound_text(run.loaded, run.run_dirs))
+    # said once: where some machine has a price, the decision names those without
+    missing = None if cost.priced_machines(run.machines) else cost.unpriced_sentence(run.machines)
+    return sentences + ([missing] if missing else [])
 
 
 @section(
