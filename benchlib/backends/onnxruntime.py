@@ -151,6 +151,7 @@ class OnnxRuntimeBackend(ExportedBackend):
                 reference = build_reference(spec, scale, self.seed, cache_dir=self.cache_dir)
             path = int8.path / INT8_FILE
         session = ort.InferenceSession(str(path), self._session_options, providers=self.providers)
+        self.check_provider(session.get_providers())
         return Exported(session, reference, path)
 
     def build_generation(self, spec: ModelSpec, scale: str) -> Exported:
@@ -162,8 +163,25 @@ class OnnxRuntimeBackend(ExportedBackend):
         reference = build_reference(spec, scale, self.seed, cache_dir=self.cache_dir)
         causal_lm = optimum_onnxruntime.ORTModelForCausalLM  # imported before `quiet`
         with quiet():
-            model = causal_lm.from_pretrained(onnx.path, session_options=self._session_options, provider=self.providers[0][0] if self.device.startswith("cuda") else "CPUExecutionProvider")
+            model = causal_lm.from_pretrained(onnx.path, session_options=self._session_options, provider=self.asked_provider)
+        self.check_provider(model.providers)
         return Exported(model, reference, onnx.path / MODEL_FILE)
+
+    @property
+    def asked_provider(self) -> str:
+        """The execution provider the session is asked to run on first."""
+        first = self.providers[0]
+        return first if isinstance(first, str) else first[0]
+
+    def check_provider(self, running: Sequence[str]) -> None:
+        """Refuse a session whose first execution provider is not the one asked for: `get_available_providers()` lists
+        the providers the wheel was built with, not those whose libraries load, and a session whose provider fails to
+        load runs on the next one with a warning only (CPU timings labelled GPU)."""
+        if running and running[0] != self.asked_provider:
+            raise Unsupported(
+                f"ONNX Runtime's session runs on {running[0]}, not on {self.asked_provider} as asked: {self.asked_provider} did not load "
+                f"here (its CUDA, cuDNN or TensorRT libraries); ONNX Runtime fell back to {running[0]}"
+            )
 
     def prepare(self, built: Exported, inputs: np.ndarray) -> Callable[[], Any]:
         session, feed = built.runner, {built.runner.get_inputs()[0].name: inputs}
@@ -192,7 +210,7 @@ class OnnxRuntimeBackend(ExportedBackend):
             "graph_optimization": self.options.graph_optimization,
             "execution_mode": next(name for name, mode in EXECUTION_MODE.items() if options.execution_mode.name == mode),
             "intra_op_spinning": options.get_session_config_entry(SPINNING) == "1",
-            "execution_provider": self.providers[0] if isinstance(self.providers[0], str) else self.providers[0][0],
+            "execution_provider": self.asked_provider,
             "device": self.device,
         }
 

@@ -76,6 +76,22 @@ def test_onnx_runtime_without_its_gpu_build_is_unsupported_with_the_pip_line() -
     assert load_backend("onnxruntime", "session").unsupported() is None  # on the CPU, as before
 
 
+def test_an_onnx_runtime_session_that_fell_back_to_another_provider_is_unsupported_naming_both(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ONNX Runtime's GPU build lists CUDA's provider whether or not CUDA's libraries load (faked: this machine has the
+    CPU build); the session, real, asked for CUDA first, runs on the CPU provider, as one whose CUDA failed to load."""
+    ort = pytest.importorskip("onnxruntime", reason="ONNX Runtime is the onnxruntime extra")
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"])
+    rows = run_environment(dict(
+        environment="gpu-onnxruntime", framework="onnxruntime", mode="session", device="cuda", models=["bert-base-cased"], model_scale="tiny",
+        batch_sizes=[1], sequence_lengths=[8], repeat=3, number=1, output_dir=str(tmp_path / "fell-back"),
+    ), progress=False)  # fmt: skip
+    assert rows["status"].tolist() == ["unsupported"]
+    assert rows["reason"].iloc[0] == (
+        "building the model: ONNX Runtime's session runs on CPUExecutionProvider, not on CUDAExecutionProvider as asked: CUDAExecutionProvider did not load "
+        "here (its CUDA, cuDNN or TensorRT libraries); ONNX Runtime fell back to CPUExecutionProvider"
+    )
+
+
 def test_the_gpu_set_holds_the_gpu_environments_whose_packages_are_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     gpu = jobs.environment_sets()["gpu"]
     assert {"gpu-pytorch", "gpu-pytorch-bf16", "gpu-torch-compile-cudagraphs"} <= set(gpu) and all(name.startswith("gpu-") for name in gpu)
