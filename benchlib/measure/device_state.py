@@ -5,8 +5,8 @@ power: without a counter the energy is blank, with the reason (`energy_counter`)
 
 A `DeviceMonitor` is begun after the warm-up, read between samples (never inside a timed interval) and ended after the
 last sample; a load test is read by a thread every `POLL_S` while LoadGen runs. A cell whose SM clock fell below the
-GPU's sustained clock, or that NVML says was held back by power or heat, is `slowed`: the sweep flags it as disturbed and
-measures it again, like interference.
+clock its warm-up settled at, or that NVML says was held back by heat or the hardware, is `slowed`: the sweep flags it as
+disturbed and measures it again, like interference (a software power cap, a busy datacenter GPU's normal state, is not).
 """
 
 from __future__ import annotations
@@ -16,16 +16,20 @@ import statistics
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 POWERCAP = Path("/sys/class/powercap")
-# NVML's clocks-event reasons (nvmlClocksEventReason*) that hold the clock down for power or heat; idle, application
-# clocks, sync boost and display clocks are not a throttle.
+# NVML's clocks-event reasons (nvmlClocksEventReason*) recorded in `gpu_throttle`; idle, application clocks, sync boost
+# and display clocks are not recorded.
 THROTTLE_REASONS: dict[int, str] = {
     0x4: "power cap (software)", 0x8: "hardware slowdown", 0x20: "thermal (software)", 0x40: "thermal (hardware)",
     0x80: "power brake (hardware)",
 }  # fmt: skip
-CLOCK_TOLERANCE = 0.03  # a clock more than this share below the sustained clock is down-clocked
+# Those that make a cell `slowed`: heat and the hardware's own slowdowns. The software power cap is the normal state of a
+# busy datacenter GPU (its clock then is the one the warm-up settled at), recorded but no disturbance.
+SLOWING_REASONS = frozenset(name for bit, name in THROTTLE_REASONS.items() if bit != 0x4)
+CLOCK_TOLERANCE = 0.03  # a clock more than this share below the cell's steady clock is down-clocked
 POLL_S = 0.1  # a load test's reads, from a thread
 NVML_CLOCK_SM, NVML_TEMPERATURE_GPU = 1, 0
 NO_COUNTER = "no energy counter on this machine"
@@ -37,8 +41,9 @@ ENERGY_SOURCES: dict[str, str] = {  # a counter's source (DeviceMonitor.source),
 
 @dataclass(frozen=True)
 class DeviceState:
-    """The device over one window: the SM clock (median and lowest read), the sustained clock it should hold, mean power,
-    highest temperature and memory used, the throttle reasons seen, and the energy (joules) over the window."""
+    """The device over one window: the SM clock (median and lowest read), the steady clock the cell's warm-up settled at
+    (`sustained_mhz`), mean power, highest temperature and memory used, the clock-event reasons seen, and the energy
+    (joules) over the window."""
 
     clock_mhz: float | None = None
     clock_min_mhz: float | None = None
@@ -51,12 +56,14 @@ class DeviceState:
     energy_source: str = ""
 
     def slowed(self) -> str:
-        """Why the device could not run at its sustained clock in this window ("" when it could)."""
+        """Why the device could not hold its steady clock in this window ("" when it could): the samples' median clock
+        more than CLOCK_TOLERANCE below the clock the warm-up settled at, or held back by heat or the hardware (a
+        software power cap alone is not)."""
         reasons = []
-        if self.clock_min_mhz is not None and self.sustained_mhz and self.clock_min_mhz < (1 - CLOCK_TOLERANCE) * self.sustained_mhz:
-            reasons.append(f"SM clock down to {self.clock_min_mhz:.0f} MHz, below the sustained {self.sustained_mhz:.0f} MHz")
-        if self.throttle:
-            reasons.append("throttled: " + ", ".join(self.throttle))
+        if self.clock_mhz is not None and self.sustained_mhz and self.clock_mhz < (1 - CLOCK_TOLERANCE) * self.sustained_mhz:
+            reasons.append(f"SM clock down to {self.clock_mhz:.0f} MHz, below the steady {self.sustained_mhz:.0f} MHz of its warm-up")
+        if held := [name for name in self.throttle if name in SLOWING_REASONS]:
+            reasons.append("throttled: " + ", ".join(held))
         return "; ".join(reasons)
 
     def row_fields(self, units: float, unit: str) -> dict[str, Any]:
@@ -101,8 +108,8 @@ class DeviceMonitor:
         return DeviceState()
 
     def steady(self) -> bool:
-        """Whether the device runs at its sustained clock now (True without a clock to read: only the call's time then
-        decides when the warm-up is over)."""
+        """Whether the device's clock has settled (True without a clock to read: only the call's time then decides when
+        the warm-up is over)."""
         return True
 
     def describe(self) -> dict[str, Any]:
@@ -193,70 +200,121 @@ def energy_counter_reason(root: Path = POWERCAP) -> str:
 
 class NvmlMonitor(DeviceMonitor):
     """A GPU's state from NVML (`pynvml`, of nvidia-ml-py): the SM clock, power, temperature, memory used and the
-    clock-event reasons at each read, and the total energy counter (millijoules) at the window's ends."""
+    clock-event reasons at each read, and the total energy counter (millijoules) at the window's ends. A field NVML does
+    not answer on this card (a VM, a MIG instance, an older GPU) is found at the start, never read again, blank in every
+    row, and its reason is in `describe()` once."""
 
     source = "nvml"
 
     def __init__(self, nvml: Any, handle: Any) -> None:
         super().__init__("")
         self.nvml, self.handle = nvml, handle
-        self.sustained_mhz = _sustained_clock(nvml, handle)
+        self.max_mhz = _sustained_clock(nvml, handle)
+        self.missing: dict[str, str] = {}
+        self._readers = {name: read for name, read in _readers(nvml, handle).items() if self._answers(name, read)}
         self._reads, self._energy_mj = _Reads(), None
+        self._checked_mhz: float | None = None  # the clock at the warm-up's last check
+        self._steady_mhz: float | None = None  # the clock the window is held against
 
-    def _reasons(self) -> int:
-        read = getattr(self.nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or self.nvml.nvmlDeviceGetCurrentClocksThrottleReasons
-        return int(read(self.handle))
+    def _answers(self, name: str, read: Callable[[], Any]) -> bool:
+        try:
+            read()
+        except Exception as exc:  # NVMLError_NotSupported, NoPermission and kin  # noqa: BLE001
+            self.missing[name] = f"{type(exc).__name__}: {exc}".rstrip(": ")
+            return False
+        return True
+
+    def _read(self, name: str) -> Any:
+        """NVML's answer for field `name`, or None where it has none (a field that stops answering is left out after)."""
+        read = self._readers.get(name)
+        if read is None:
+            return None
+        try:
+            return read()
+        except Exception as exc:  # noqa: BLE001
+            self.missing[name] = f"{type(exc).__name__}: {exc}".rstrip(": ")
+            del self._readers[name]
+            return None
 
     def begin(self) -> None:
         self._reads = _Reads()
-        self._energy_mj = self._energy()
-
-    def _energy(self) -> int | None:
-        try:
-            return int(self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle))
-        except self.nvml.NVMLError:  # before Volta: no counter
-            return None
+        self._steady_mhz, self._checked_mhz = self._checked_mhz, None
+        self._energy_mj = self._read("energy")
 
     def read(self) -> None:
-        reads, nvml, handle = self._reads, self.nvml, self.handle
-        reads.clocks.append(float(nvml.nvmlDeviceGetClockInfo(handle, NVML_CLOCK_SM)))
-        reads.powers.append(nvml.nvmlDeviceGetPowerUsage(handle) / 1000)
-        reads.temperatures.append(float(nvml.nvmlDeviceGetTemperature(handle, NVML_TEMPERATURE_GPU)))
-        reads.memory.append(int(nvml.nvmlDeviceGetMemoryInfo(handle).used))
-        reads.reasons |= self._reasons()
+        reads = self._reads
+        for name, values in (("clock", reads.clocks), ("power", reads.powers), ("temperature", reads.temperatures), ("memory", reads.memory)):
+            if (value := self._read(name)) is not None:
+                values.append(value)
+        reads.reasons |= self._read("clock_events") or 0
+        if self._steady_mhz is None and reads.clocks:  # no warm-up check: the window's first clock
+            self._steady_mhz = reads.clocks[0]
 
     def end(self) -> DeviceState:
-        reads, energy = self._reads, self._energy()
+        reads, energy = self._reads, self._read("energy")
         joules = (energy - self._energy_mj) / 1000 if energy is not None and self._energy_mj is not None else None
         return DeviceState(
             clock_mhz=statistics.median(reads.clocks) if reads.clocks else None, clock_min_mhz=min(reads.clocks, default=None),
-            sustained_mhz=self.sustained_mhz, power_w=statistics.fmean(reads.powers) if reads.powers else None,
+            sustained_mhz=self._steady_mhz, power_w=statistics.fmean(reads.powers) if reads.powers else None,
             temperature_c=max(reads.temperatures, default=None), memory_used_bytes=max(reads.memory, default=None),
             throttle=tuple(name for bit, name in THROTTLE_REASONS.items() if reads.reasons & bit), energy_j=joules,
             energy_source=self.source if joules is not None else "",
         )  # fmt: skip
 
     def steady(self) -> bool:
-        clock = float(self.nvml.nvmlDeviceGetClockInfo(self.handle, NVML_CLOCK_SM))
-        return self.sustained_mhz is None or clock >= (1 - CLOCK_TOLERANCE) * self.sustained_mhz
+        """Whether the SM clock has stopped climbing: within CLOCK_TOLERANCE of the clock at the last check, or at the
+        card's highest clock. Under its power cap a busy datacenter GPU holds a clock below its highest: that clock,
+        reached, is the cell's steady clock (True without a clock to read)."""
+        clock = self._read("clock")
+        if clock is None:
+            return True
+        previous, self._checked_mhz = self._checked_mhz, clock
+        at_top = self.max_mhz is not None and clock >= (1 - CLOCK_TOLERANCE) * self.max_mhz
+        return at_top or (previous is not None and abs(clock - previous) <= CLOCK_TOLERANCE * previous)
 
     def describe(self) -> dict[str, Any]:
         nvml, handle = self.nvml, self.handle
 
-        def text(value: Any) -> str:
-            return value.decode() if isinstance(value, bytes) else str(value)
+        def text(value: Any) -> str | None:
+            return value.decode() if isinstance(value, bytes) else None if value is None else str(value)
 
-        energy = self._energy()
-        return {
-            "gpu": {
-                "name": text(nvml.nvmlDeviceGetName(handle)), "driver": text(nvml.nvmlSystemGetDriverVersion()),
-                "sustained_sm_clock_mhz": self.sustained_mhz, "max_sm_clock_mhz": _maybe(nvml.nvmlDeviceGetMaxClockInfo, handle, NVML_CLOCK_SM),
-                "power_limit_w": (limit / 1000 if (limit := _maybe(nvml.nvmlDeviceGetEnforcedPowerLimit, handle)) is not None else None),
-                "memory_total_bytes": int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
-            },
-            "energy": {"source": self.source, "method": ENERGY_SOURCES[self.source]}
-            if energy is not None else {"source": None, "reason": f"{NO_COUNTER}: this GPU has no NVML energy counter"},
+        limit, memory = _maybe(nvml.nvmlDeviceGetEnforcedPowerLimit, handle), _maybe(nvml.nvmlDeviceGetMemoryInfo, handle)
+        gpu = {
+            "name": text(_maybe(nvml.nvmlDeviceGetName, handle)), "driver": text(_maybe(nvml.nvmlSystemGetDriverVersion)),
+            "sustained_sm_clock_mhz": self.max_mhz, "max_sm_clock_mhz": _maybe(nvml.nvmlDeviceGetMaxClockInfo, handle, NVML_CLOCK_SM),
+            "power_limit_w": limit / 1000 if limit is not None else None, "memory_total_bytes": int(memory.total) if memory is not None else None,
         }  # fmt: skip
+        if self.missing:
+            gpu["not_read"] = {NVML_FIELDS[name]: why for name, why in self.missing.items()}
+        energy = {"source": self.source, "method": ENERGY_SOURCES[self.source]} if "energy" in self._readers else {
+            "source": None, "reason": f"{NO_COUNTER}: this GPU has no NVML energy counter ({self.missing.get('energy', 'not read')})"
+        }  # fmt: skip
+        return {"gpu": gpu, "energy": energy}
+
+
+# What each NVML field fills (a row's column), in environment.json's words where NVML does not answer it.
+NVML_FIELDS: dict[str, str] = {
+    "clock": "gpu_clock_mhz (nvmlDeviceGetClockInfo)", "power": "gpu_power_w (nvmlDeviceGetPowerUsage)",
+    "temperature": "gpu_temperature_c (nvmlDeviceGetTemperature)", "memory": "gpu_memory_bytes (nvmlDeviceGetMemoryInfo)",
+    "clock_events": "gpu_throttle (nvmlDeviceGetCurrentClocksEventReasons)", "energy": "energy_j (nvmlDeviceGetTotalEnergyConsumption)",
+}  # fmt: skip
+
+
+def _readers(nvml: Any, handle: Any) -> dict[str, Callable[[], Any]]:
+    """One read of each field NVML is asked for, in the row's units."""
+
+    def clock_events() -> int:
+        read = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        return int(read(handle))
+
+    return {
+        "clock": lambda: float(nvml.nvmlDeviceGetClockInfo(handle, NVML_CLOCK_SM)),
+        "power": lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000,
+        "temperature": lambda: float(nvml.nvmlDeviceGetTemperature(handle, NVML_TEMPERATURE_GPU)),
+        "memory": lambda: int(nvml.nvmlDeviceGetMemoryInfo(handle).used),
+        "clock_events": clock_events,
+        "energy": lambda: int(nvml.nvmlDeviceGetTotalEnergyConsumption(handle)),
+    }
 
 
 def _maybe(read: Any, *args: Any) -> Any:

@@ -1,5 +1,5 @@
 """Framework-neutral timing: preparation and a first call, warm-up until stable (on a GPU, until its clock is at its
-sustained value too), then samples of `number` calls each, with the device's state read between them.
+steady value too), then samples of `number` calls each, with the device's state read between them.
 
 Modelled on `torch.utils.benchmark`: a frozen `TimingSpec` says what is timed, a
 `Measurement` keeps the raw per-call sample times and derives statistics from them.
@@ -187,7 +187,7 @@ def warm_up(
     First `spec.warmup` calls (none at all when it is 0). Then batches, each of enough calls to
     last `WARMUP_BATCH_SECONDS` at the latest per-call time, until the median call of one batch is
     within `WARMUP_TOLERANCE` of the median call of the batch before it (the first batch is compared
-    with the last of the `warmup` calls) and `steady()` says the device runs at its sustained clock (a GPU idles at a
+    with the last of the `warmup` calls) and `steady()` says the device's clock has settled (a GPU idles at a
     fraction of it and takes calls to climb), or `spec.warmup_max_seconds` have been spent since the
     warm-up began. This lets TorchScript's profiling executor, XLA and autotuning settle before
     samples are taken. Each call is timed on its own, so that the median ignores a stray slow call.
@@ -261,7 +261,7 @@ def sampled(
     meter: InterferenceMeter | None = None, monitor: DeviceMonitor | None = None,
 ) -> Sampled:  # fmt: skip
     """The protocol every workload's cell is timed with: `meter` started, `warm_call` warmed up until stable (`warm_up`,
-    and until `monitor`'s device is at its sustained clock), `monitor` begun, samples from `take` with garbage collection
+    and until `monitor`'s device's clock has settled), `monitor` begun, samples from `take` with garbage collection
     off (`take_samples`) and the device read after each, `monitor` ended, `meter` read."""
     if meter is not None:
         meter.start()

@@ -27,9 +27,19 @@ class FakeNvml:
     class NVMLError(Exception):
         pass
 
-    def __init__(self, clock: float = 1980.0, sustained: float = 1980.0, watts: float = 250.0, reasons: int = 0) -> None:
+    def __init__(self, clock: float = 1980.0, sustained: float = 1980.0, watts: float = 250.0, reasons: int = 0, unsupported: tuple[str, ...] = ()) -> None:
         self.clock, self.sustained, self.watts, self.reasons = clock, sustained, watts, reasons
         self.began = time.perf_counter()
+        self.unsupported = unsupported  # the queries this card answers "Not Supported" (a VM, a MIG instance, an older GPU)
+
+    def __getattribute__(self, name: str) -> object:
+        if name.startswith("nvml") and name in object.__getattribute__(self, "unsupported"):
+
+            def not_supported(*args: object) -> object:
+                raise FakeNvml.NVMLError("Not Supported")
+
+            return not_supported
+        return object.__getattribute__(self, name)
 
     def nvmlDeviceGetClockInfo(self, handle: object, kind: int) -> int:  # noqa: N802  (NVML's names)
         return int(self.clock)
@@ -101,7 +111,7 @@ def test_nvmls_fields_reach_every_row_and_environment_json(tmp_path: Path, monke
 
 
 class ThrottledFirst(NvmlMonitor):
-    """NVML saying the card was held back by its power cap in the first window read, and not after."""
+    """NVML saying the card was held back by heat in the first window read, and not after."""
 
     def __init__(self, nvml: FakeNvml) -> None:
         super().__init__(nvml, handle=0)
@@ -109,7 +119,7 @@ class ThrottledFirst(NvmlMonitor):
 
     def begin(self) -> None:
         self.windows += 1
-        self.nvml.reasons = 0x4 if self.windows == 1 else 0
+        self.nvml.reasons = 0x20 if self.windows == 1 else 0
         super().begin()
 
 
@@ -118,18 +128,70 @@ def test_a_throttled_cell_is_flagged_and_measured_again(tmp_path: Path, monkeypa
     with_monitor(monkeypatch, monitor)
     kept = run_environment(tiny(tmp_path, "throttled", sequence_lengths=[8], remeasure=2), progress=False)
     every = read_every(tmp_path / "throttled", every_attempt=True)
-    assert every["attempt"].tolist() == [1, 2] and every["slowed"].tolist()[0] == "throttled: power cap (software)"
+    assert every["attempt"].tolist() == [1, 2] and every["slowed"].tolist()[0] == "throttled: thermal (software)"
     assert str(every["disturbed"].iloc[0]) == "True" and pd.isna(every["slowed"].iloc[1])
     assert kept["attempt"].tolist() == [2] and pd.isna(kept["slowed"].iloc[0])  # the steady try is the one kept
 
 
-def test_a_cell_below_the_sustained_clock_is_never_reported_as_steady(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    with_monitor(monkeypatch, NvmlMonitor(FakeNvml(clock=1200.0), handle=0))
-    kept = run_environment(tiny(tmp_path, "slow", sequence_lengths=[8], remeasure=1, warmup_max_seconds=0.5), progress=False)
+def test_a_card_at_its_power_cap_is_steady_at_the_clock_its_warm_up_settled_at(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A busy H100 under its power cap: clock-event reason 0x4 and a clock held below its applications clock (its
+    highest): the normal state of a compute-bound datacenter GPU, neither `slowed` nor a warm-up run to its limit."""
+    capped = NvmlMonitor(FakeNvml(clock=1620.0, reasons=0x4), handle=0)
+    assert [capped.steady(), capped.steady()] == [False, True]  # the clock stopped climbing: the warm-up may end
+    with_monitor(monkeypatch, NvmlMonitor(FakeNvml(clock=1620.0, reasons=0x4), handle=0))
+    kept = run_environment(tiny(tmp_path, "capped", sequence_lengths=[8], remeasure=1), progress=False)
+    every = read_every(tmp_path / "capped", every_attempt=True)
+    assert every["attempt"].tolist() == [1] and kept["status"].tolist() == ["ok"] and pd.isna(kept["slowed"].iloc[0])
+    assert kept["gpu_throttle"].iloc[0] == "power cap (software)" and kept["gpu_sustained_mhz"].iloc[0] == 1620
+
+
+class ClockFallsInTheSamples(NvmlMonitor):
+    """A card that settles at 1980 MHz in the warm-up and falls to 1200 MHz while the samples are taken."""
+
+    def begin(self) -> None:
+        super().begin()
+        self.nvml.clock = 1200.0
+
+    def steady(self) -> bool:
+        self.nvml.clock = 1980.0
+        return super().steady()
+
+
+def test_a_cell_whose_clock_falls_below_its_steady_clock_is_never_reported_as_steady(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with_monitor(monkeypatch, ClockFallsInTheSamples(FakeNvml(), handle=0))
+    kept = run_environment(tiny(tmp_path, "slow", sequence_lengths=[8], remeasure=1), progress=False)
     every = read_every(tmp_path / "slow", every_attempt=True)
     assert every["attempt"].tolist() == [1, 2] and every["disturbed"].astype(str).eq("True").all()
-    assert kept["slowed"].iloc[0] == "SM clock down to 1200 MHz, below the sustained 1980 MHz" and str(kept["disturbed"].iloc[0]) == "True"
-    assert kept["warmup_stop"].iloc[0] == "time limit"  # the clock never reached its sustained value: the warm-up ran to its bound
+    assert kept["slowed"].iloc[0] == "SM clock down to 1200 MHz, below the steady 1980 MHz of its warm-up" and str(kept["disturbed"].iloc[0]) == "True"
+
+
+NOT_IN_A_VM = ("nvmlDeviceGetPowerUsage", "nvmlDeviceGetTemperature", "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetTotalEnergyConsumption")
+
+
+def test_an_nvml_field_the_card_does_not_answer_is_blank_and_environment_json_says_why_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with_monitor(monkeypatch, NvmlMonitor(FakeNvml(unsupported=NOT_IN_A_VM), handle=0))
+    rows = run_environment(tiny(tmp_path, "vm"), progress=False)
+    assert rows["status"].eq("ok").all() and rows["gpu_clock_mhz"].eq(1980).all() and rows["gpu_memory_bytes"].eq(3 * 2**30).all()
+    assert rows["gpu_power_w"].isna().all() and rows["gpu_temperature_c"].isna().all() and rows["energy_j"].isna().all()
+    recorded = json.loads((tmp_path / "vm" / "environment.json").read_text(encoding="utf-8"))["device_state"]
+    assert recorded["gpu"]["not_read"] == {
+        "gpu_power_w (nvmlDeviceGetPowerUsage)": "NVMLError: Not Supported", "gpu_temperature_c (nvmlDeviceGetTemperature)": "NVMLError: Not Supported",
+        "gpu_throttle (nvmlDeviceGetCurrentClocksEventReasons)": "NVMLError: Not Supported",
+        "energy_j (nvmlDeviceGetTotalEnergyConsumption)": "NVMLError: Not Supported",
+    }  # fmt: skip
+    assert recorded["energy"] == {"source": None, "reason": f"{NO_COUNTER}: this GPU has no NVML energy counter (NVMLError: Not Supported)"}
+
+
+def test_a_load_tests_polling_thread_outlives_a_field_that_stops_answering() -> None:
+    nvml = FakeNvml()
+    monitor = NvmlMonitor(nvml, handle=0)
+    with monitor.polling():
+        time.sleep(2.5 * device_state.POLL_S)
+        nvml.unsupported = ("nvmlDeviceGetPowerUsage",)  # the card stops answering in the middle of the test
+        time.sleep(2.5 * device_state.POLL_S)
+    state = monitor.end()
+    assert state.clock_mhz == 1980 and state.power_w == 250 and state.energy_j is not None
+    assert list(monitor.missing) == ["power"]
 
 
 def test_without_a_counter_the_energy_columns_are_empty_and_environment_json_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -189,9 +251,11 @@ def test_a_cpu_run_fills_the_energy_columns_from_rapl(tmp_path: Path, monkeypatc
 
 
 def test_the_state_says_why_a_device_was_slowed() -> None:
-    assert DeviceState(clock_min_mhz=1950, sustained_mhz=1980).slowed() == ""  # within 3% of the sustained clock
-    assert DeviceState(clock_min_mhz=1900, sustained_mhz=1980).slowed() == "SM clock down to 1900 MHz, below the sustained 1980 MHz"
+    assert DeviceState(clock_mhz=1950, sustained_mhz=1980).slowed() == ""  # within 3% of the steady clock
+    assert DeviceState(clock_mhz=1900, sustained_mhz=1980).slowed() == "SM clock down to 1900 MHz, below the steady 1980 MHz of its warm-up"
     assert DeviceState(throttle=("thermal (hardware)",)).slowed() == "throttled: thermal (hardware)"
+    assert DeviceState(throttle=("power cap (software)",)).slowed() == ""  # a busy datacenter GPU's normal state
+    assert DeviceState(throttle=("power cap (software)", "power brake (hardware)")).slowed() == "throttled: power brake (hardware)"
 
 
 def test_no_nvml_is_a_monitor_that_reads_nothing_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
