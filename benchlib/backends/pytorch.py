@@ -213,6 +213,11 @@ def compiler_unsupported() -> str | None:
     return None
 
 
+def set_tf32(on: bool) -> None:
+    """TF32's matrix units on or off for float32's matrix multiplies and convolutions."""
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = on
+
+
 @dataclass
 class Built:
     """A built PyTorch model: what is run, and the eager float32 model its output is compared with."""
@@ -249,12 +254,7 @@ class PyTorchBackend:
         if self.on_gpu and (self._device.index or 0) >= torch.cuda.device_count():
             raise RuntimeError(f"device {self.device}: PyTorch sees {torch.cuda.device_count()} GPU(s) on this machine")
         if self.on_gpu:
-            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = self.options.tf32
-        if self.options.sdpa_kernel is not None:  # for the whole kernel, never left: one environment per process
-            from torch.nn.attention import SDPBackend, sdpa_kernel
-
-            self._attention = sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[self.options.sdpa_kernel]))  # kept: closing it restores
-            self._attention.__enter__()
+            set_tf32(self.options.tf32)
         if self.num_threads:
             torch.set_num_threads(self.num_threads)
         if self.num_interop_threads and torch.get_num_interop_threads() != self.num_interop_threads:
@@ -382,20 +382,31 @@ class PyTorchBackend:
     def reference_output(self, built: Built, inputs: Any) -> np.ndarray | None:
         if built.reference is None:
             return None
-        with self.full_float32():
+        with self.as_reference():
             return reference_output(built.reference, inputs)
 
+    def attention_kernel(self) -> contextlib.AbstractContextManager[Any]:
+        """The one attention kernel the model's calls may use (`sdpa_kernel`), while the context lasts; nothing without one."""
+        if self.options.sdpa_kernel is None:
+            return contextlib.nullcontext()
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        return sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[self.options.sdpa_kernel]))
+
     @contextlib.contextmanager
-    def full_float32(self) -> Iterator[None]:
-        """The reference's float32, all 23 bits of it: TF32's matrix units off while it runs, where `tf32` turned them on."""
-        if not (self.on_gpu and self.options.tf32):
+    def as_reference(self) -> Iterator[None]:
+        """The reference's own settings while it runs: float32, all 23 bits of it (TF32's matrix units off where `tf32`
+        turned them on), and PyTorch's own choice of attention kernel (where `sdpa_kernel` held the model's calls to
+        one: the reference, on the CPU beside a half-precision model, may have no such kernel)."""
+        with contextlib.ExitStack() as stack:
+            if self.options.sdpa_kernel is not None:
+                from torch.nn.attention import SDPBackend, sdpa_kernel
+
+                stack.enter_context(sdpa_kernel([getattr(SDPBackend, name) for name in SDPA_BACKENDS.values()]))
+            if self.on_gpu and self.options.tf32:
+                set_tf32(False)
+                stack.callback(set_tf32, True)
             yield
-            return
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-        try:
-            yield
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 
     def generator(self, built: Built, inputs: Any) -> Generator:
         """transformers' `generate` with its dynamic key/value cache; with `compile`, a static cache and the forward
@@ -427,15 +438,18 @@ class PyTorchBackend:
     def reference_tokens(self, built: Built, inputs: Any, new_tokens: int) -> np.ndarray | None:
         if built.reference is None:
             return None
-        with self.full_float32():
+        with self.as_reference():
             return reference_tokens(built.reference, inputs, new_tokens)
 
     def attn_implementation(self, built: Built) -> str:
         return str(getattr(built.config, "_attn_implementation", None) or "eager")
 
-    def inference_context(self) -> contextlib.AbstractContextManager[Any]:
-        """Inference mode, entered once around a cell rather than in every timed call."""
-        return torch.inference_mode()
+    @contextlib.contextmanager
+    def inference_context(self) -> Iterator[None]:
+        """Inference mode and the attention kernel (`attention_kernel`), entered once around a cell rather than in every
+        timed call, and left after it: never held for the process, nor for the reference (`as_reference`)."""
+        with torch.inference_mode(), self.attention_kernel():
+            yield
 
     def sync(self, output: Any) -> None:
         if self.on_gpu:

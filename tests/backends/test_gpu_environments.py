@@ -136,6 +136,27 @@ def test_an_attention_kernel_that_cannot_run_a_cell_makes_it_unsupported_with_py
         assert rows["reason"].iloc[0].startswith(f"sdpa_kernel {kernel} cannot run this cell: No viable backend for scaled_dot_product_attention")
 
 
+def test_the_attention_kernel_holds_the_models_calls_only_never_the_reference_nor_the_process() -> None:
+    """On this CPU for real: `efficient` has no CPU kernel. The model's calls are held to it while a cell lasts; the
+    float32 reference (on the CPU beside a half-precision model on a GPU) runs with PyTorch's own choice, and neither
+    building the backend nor a cell leaves the process restricted for the environments after it."""
+    import torch
+
+    from benchlib.backends.pytorch import Built
+    from benchlib.config.catalogue import get_model
+
+    backend = load_backend("pytorch", "eager", options={"sdpa_kernel": "efficient"})
+    assert torch.backends.cuda.math_sdp_enabled() and torch.backends.cuda.flash_sdp_enabled()  # building it restricts nothing
+    model = backend.build(get_model("bert-base-cased"), "tiny").model
+    inputs = torch.ones(1, 8, dtype=torch.long)
+    with backend.inference_context():
+        assert not torch.backends.cuda.math_sdp_enabled()
+        with pytest.raises(RuntimeError, match="No viable backend"):
+            model(inputs)
+        assert backend.reference_output(Built(model, reference=model), inputs).shape == (1, 8, 32)
+    assert torch.backends.cuda.math_sdp_enabled() and torch.backends.cuda.flash_sdp_enabled()
+
+
 def test_tf32_on_a_cpu_is_unsupported_with_the_reason() -> None:
     assert load_backend("pytorch", "eager", options={"tf32": True}).unsupported() == "tf32 is a mode of a CUDA GPU's matrix units (Ampere and later): a CPU has none"
 
