@@ -64,6 +64,9 @@ class OnnxRuntimeOptions(BaseModel):
 
 
 PROVIDERS = {"cuda": ("CUDAExecutionProvider",), "tensorrt": ("TensorrtExecutionProvider", "CUDAExecutionProvider")}
+# float32 on CUDA's provider is float32, as eager PyTorch's baseline: its default runs float32 matrix multiplies on TF32
+# units (Ampere and later). TensorRT's engines may use TF32 by default: its cells are set against the TF32 peak.
+PROVIDER_OPTIONS: dict[str, dict[str, Any]] = {"CUDAExecutionProvider": {"use_tf32": 0}}
 GPU_INSTALL = "pip uninstall -y onnxruntime && pip install -e '.[onnxruntime-gpu]' (onnxruntime-gpu, in place of onnxruntime)"
 
 
@@ -120,7 +123,7 @@ class OnnxRuntimeBackend(ExportedBackend):
         if not self.device.startswith("cuda"):
             return ["CPUExecutionProvider"]
         index = {"device_id": int(self.device.partition(":")[2] or 0)}
-        return [*((name, index) for name in PROVIDERS[self.options.gpu_provider]), "CPUExecutionProvider"]
+        return [*((name, {**index, **PROVIDER_OPTIONS.get(name, {})}) for name in PROVIDERS[self.options.gpu_provider]), "CPUExecutionProvider"]
 
     def unsupported(self) -> str | None:
         if self.workload == "generate" and self.precision == "int8":

@@ -92,6 +92,31 @@ def test_an_onnx_runtime_session_that_fell_back_to_another_provider_is_unsupport
     )
 
 
+def test_float32_on_onnx_runtimes_cuda_provider_is_float32_never_tf32() -> None:
+    pytest.importorskip("onnxruntime", reason="ONNX Runtime is the onnxruntime extra")
+    assert load_backend("onnxruntime", "session", device="cuda:1").providers == [
+        ("CUDAExecutionProvider", {"device_id": 1, "use_tf32": 0}), "CPUExecutionProvider",
+    ]  # fmt: skip
+    tensorrt = load_backend("onnxruntime", "session", device="cuda", options={"gpu_provider": "tensorrt"}).providers
+    assert tensorrt[:2] == [("TensorrtExecutionProvider", {"device_id": 0}), ("CUDAExecutionProvider", {"device_id": 0, "use_tf32": 0})]
+
+
+@pytest.mark.e2e
+def test_float32_on_tensorflow_is_float32_never_tf32() -> None:
+    """TensorFlow runs float32 on TF32 units by default (Ampere and later): the backend turns that off, and says so."""
+    pytest.importorskip("tensorflow", reason="TensorFlow is the tensorflow extra")
+    from tests.frameworks import run_python
+
+    settings = run_python("""
+        import json
+        import tensorflow as tf
+        default = tf.config.experimental.tensor_float_32_execution_enabled()
+        from benchlib.backends import load_backend
+        print(json.dumps({"default": default, **load_backend("tensorflow", "function").settings()}))
+    """)  # fmt: skip
+    assert settings["default"] is True and settings["tensor_float_32"] is False
+
+
 def test_the_gpu_set_holds_the_gpu_environments_whose_packages_are_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     gpu = jobs.environment_sets()["gpu"]
     assert {"gpu-pytorch", "gpu-pytorch-bf16", "gpu-torch-compile-cudagraphs"} <= set(gpu) and all(name.startswith("gpu-") for name in gpu)
