@@ -23,6 +23,7 @@ from typing import Any
 from benchlib.measure import stats
 from benchlib.measure.device_state import DeviceMonitor, DeviceState
 from benchlib.measure.interference import Interference, InterferenceMeter
+from benchlib.measure.memory import CellPeakMemory
 
 Clock = Callable[[], float]
 Sync = Callable[[Any], None]
@@ -258,11 +259,12 @@ class Sampled:
 
 def sampled(
     take: Callable[[], float], warm_call: Callable[[], Any], spec: TimingSpec, sync: Sync = no_sync, clock: Clock = time.perf_counter,
-    meter: InterferenceMeter | None = None, monitor: DeviceMonitor | None = None,
+    meter: InterferenceMeter | None = None, monitor: DeviceMonitor | None = None, memory: CellPeakMemory | None = None,
 ) -> Sampled:  # fmt: skip
     """The protocol every workload's cell is timed with: `meter` started, `warm_call` warmed up until stable (`warm_up`,
     and until `monitor`'s device's clock has settled), `monitor` begun, samples from `take` with garbage collection
-    off (`take_samples`) and the device read after each, `monitor` ended, `meter` read."""
+    off (`take_samples`) and the device read after each, `monitor` ended, `meter` read. `memory`'s window is the
+    samples' (a GPU's peak memory over the timed calls alone)."""
     if meter is not None:
         meter.start()
     warmup_calls, warmup_s, warmup_stop = warm_up(warm_call, spec, sync, clock, monitor.steady if monitor is not None else None)
@@ -277,7 +279,11 @@ def sampled(
                 monitor.read()  # after the sample's clock read: outside every timed interval
                 return per_call
 
+        if memory is not None:
+            memory.begin()
         samples, reason = take_samples(take_and_read if monitor is not None else take, spec, clock)
+        if memory is not None:
+            memory.end()
         device = monitor.end() if monitor is not None else None
         interference = meter.stop() if meter is not None else None
         if interference is not None and device is not None:  # a slowed device disturbs the cell as other work does
@@ -297,6 +303,7 @@ def measure(
     prepare_s: float | None = None,
     meter: InterferenceMeter | None = None,
     monitor: DeviceMonitor | None = None,
+    memory: CellPeakMemory | None = None,
 ) -> Measurement:
     """Time `call`: warm-up until stable (`warm_up`), then samples of `spec.number` back-to-back calls.
 
@@ -306,9 +313,9 @@ def measure(
     collection is off while samples are taken. `meter` (if any) reads the machine's counters
     before the warm-up and after the last sample: the cell's calls in steady state, a window
     long enough for the counters' clock ticks even when the samples alone are a few milliseconds. `monitor` (if any)
-    reads the device over the samples alone (`sampled`).
+    reads the device over the samples alone (`sampled`), and `memory` (if any) a GPU's peak memory.
     """
-    taken = sampled(lambda: _sample(call, spec.number, sync, clock)[0], call, spec, sync, clock, meter, monitor)
+    taken = sampled(lambda: _sample(call, spec.number, sync, clock)[0], call, spec, sync, clock, meter, monitor, memory)
     return Measurement(
         samples_s=tuple(taken.samples), number=spec.number, first_call_s=first_call_s, stop_reason=taken.reason,
         prepare_s=prepare_s, warmup_calls=taken.warmup_calls, interference=taken.interference, warmup_s=taken.warmup_s,
