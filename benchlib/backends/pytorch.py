@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from benchlib.backends import BackendInfo, lazy_import, register
 from benchlib.backends._generate import Generator, transformers_generator
-from benchlib.machine import bfloat16_cpu_reason, cpu_flags, package_version
+from benchlib.machine import bfloat16_cpu_reason, cpu_flags, gpu_precision_reason, package_version
 from benchlib.store.cache import ENTRY_FILE, Artefact, artefact, compiler_cache, digest
 
 if TYPE_CHECKING:  # the catalogue sits above the backends: they are handed its entries
@@ -270,6 +270,9 @@ class PyTorchBackend:
     def unsupported(self) -> str | None:
         if self.options.tf32 and not self.on_gpu:
             return "tf32 is a mode of a CUDA GPU's matrix units (Ampere and later): a CPU has none"
+        for precision, asked in (("bfloat16", self.precision == "bfloat16"), ("tf32", self.options.tf32)):
+            if asked and self.on_gpu and (reason := gpu_precision_reason(self.device, precision)):
+                return f"{reason}: torch would emulate it or ignore it, and its number would not be the card's"
         if self.precision == "bfloat16" and not self.on_gpu:
             return bfloat16_unsupported()
         if self.precision == "float16" and not self.on_gpu:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from time import perf_counter
@@ -29,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from benchlib.backends import resolve_threads
-from benchlib.machine import bfloat16_cpu_reason, cpu_flags, cpu_model, package_version
+from benchlib.machine import bfloat16_cpu_reason, cpu_flags, cpu_model, gpu_precision_reason, package_version
+from benchlib.measure.device_state import make_monitor
 from benchlib.measure.interference import make_meter
 from benchlib.measure.timing import Measurement, TimingSpec, measure
 
@@ -45,6 +47,12 @@ REPEAT = 5  # timed GEMMs per figure
 # A copy lasts a tenth of a GEMM: more of them, so that its median spans a comparable window (~0.1-0.3 s on a CPU).
 COPY_REPEAT_FACTOR = 4
 WARMUP_MAX_SECONDS = 1.0  # bounds the warm-up of each figure, so that the whole measurement stays a few seconds
+# On a GPU: each figure's calls run this long before any is timed, so that the card is at the clock and power it holds
+# under load rather than its first seconds' burst clock; its warm-up then lasts until the clock has settled (NVML, where
+# it can be read), and each sample holds enough calls to last GPU_SAMPLE_S.
+GPU_HEAT_S = 3.0
+GPU_WARMUP_MAX_S = 10.0
+GPU_SAMPLE_S = 0.2
 MAX_INTERFERENCE = 0.05  # the kit's default max_interference: a measurement over it is disturbed
 REMEASURE = 2  # disturbed measurements taken again at most this many times, as the kit's default remeasure
 STATISTIC = (
@@ -58,12 +66,11 @@ def bfloat16_reason(device: str = "cpu", cpuinfo: Path | None = None) -> str | N
     """Why bfloat16 is not measured on `device`, or None when the device has it natively.
 
     CPU: only where oneDNN runs bfloat16 natively (`machine.bfloat16_cpu_reason`: elsewhere torch emulates
-    bfloat16, or refuses, and its rate would be a slow number, not a limit). GPU: `torch.cuda.is_bf16_supported()`.
+    bfloat16, or refuses, and its rate would be a slow number, not a limit). GPU: compute capability 8.0 (Ampere) or
+    later, where bfloat16 has units of its own (`gpu_precision_reason`), never torch's emulation on an older card.
     """
     if device.startswith("cuda"):
-        import torch
-
-        return None if torch.cuda.is_bf16_supported() else f"{device} has no bfloat16 support (torch.cuda.is_bf16_supported() is False)"
+        return gpu_precision_reason(device, "bfloat16")
     return bfloat16_cpu_reason(cpu_flags(cpuinfo))
 
 
@@ -72,12 +79,7 @@ TF32_CPU = "TF32 is a mode of a CUDA GPU's matrix units (Ampere and later): a CP
 
 def tf32_reason(device: str = "cpu") -> str | None:
     """Why TF32 is not measured on `device`: a CPU, or a GPU before compute capability 8.0 (Ampere); None where it has TF32 units."""
-    if not device.startswith("cuda"):
-        return TF32_CPU
-    import torch
-
-    major, minor = torch.cuda.get_device_capability(device)
-    return None if major >= 8 else f"{device} has no TF32 units (compute capability {major}.{minor}; TF32 came with 8.0, Ampere)"
+    return gpu_precision_reason(device, "tf32") if device.startswith("cuda") else TF32_CPU
 
 
 @contextlib.contextmanager
@@ -153,9 +155,22 @@ def _check_device(device: str) -> None:
 
 
 def _timed(call: Callable[[], Any], device: str, repeat: int) -> Measurement:
-    """The kit's measurement of `call` (one call per sample) with the device's synchronisation."""
-    spec = TimingSpec(warmup=1, warmup_max_seconds=WARMUP_MAX_SECONDS, repeat=repeat, number=1)
-    return measure(call, spec, _sync(device), clock=perf_counter)
+    """The kit's measurement of `call` with the device's synchronisation: one call per sample on the CPU; on a GPU after
+    GPU_HEAT_S of calls, a warm-up until its clock has settled, and samples of at least GPU_SAMPLE_S each."""
+    sync = _sync(device)
+    if not device.startswith("cuda"):
+        return measure(call, TimingSpec(warmup=1, warmup_max_seconds=WARMUP_MAX_SECONDS, repeat=repeat, number=1), sync, clock=perf_counter)
+    began = perf_counter()
+    calls = 0
+    while (elapsed := perf_counter() - began) < GPU_HEAT_S or calls == 0:
+        call()
+        calls += 1
+        if calls in (1, 2, 4, 8, 16) or calls % 32 == 0:  # never more than 32 calls queued ahead of the clock
+            sync()
+    sync()
+    per_call = (perf_counter() - began) / calls
+    spec = TimingSpec(warmup=1, warmup_max_seconds=GPU_WARMUP_MAX_S, repeat=repeat, number=max(1, math.ceil(GPU_SAMPLE_S / per_call)))
+    return measure(call, spec, sync, clock=perf_counter, monitor=make_monitor(device))
 
 
 BLAS = "torch.mm"
@@ -274,7 +289,11 @@ def measure_limits(
         torch.set_num_threads(previous)
     interference = kept["interference"]
     where = f"on {device}, {in_effect} thread{'s' if in_effect != 1 else ''}"
-    sync = "; torch.cuda.synchronize before every clock read" if kind == "cuda" else ""
+    sync = (
+        f"; torch.cuda.synchronize before every clock read; on the GPU, {GPU_HEAT_S:g} s of each figure's calls before its "
+        f"warm-up (the card's sustained clock, not its burst), a warm-up until the SM clock has settled (NVML), samples of "
+        f"at least {GPU_SAMPLE_S:g} s" if kind == "cuda" else ""
+    )
     timing = (
         f"{repeat} timed GEMMs and {COPY_REPEAT_FACTOR * repeat} timed copies, each after a warm-up until stable "
         f"(benchlib.measure.timing.measure){sync}; FLOP/s or bytes/s over the "

@@ -186,6 +186,26 @@ def test_tf32_on_a_cpu_is_unsupported_with_the_reason() -> None:
     assert load_backend("pytorch", "eager", options={"tf32": True}).unsupported() == "tf32 is a mode of a CUDA GPU's matrix units (Ampere and later): a CPU has none"
 
 
+def test_bfloat16_and_tf32_are_unsupported_on_a_gpu_before_compute_capability_8(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A T4 (7.5), as CUDA would describe it (faked: this machine has none); torch.cuda.is_bf16_supported() counts emulation."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
+    why = ": torch would emulate it or ignore it, and its number would not be the card's"
+    assert load_backend("pytorch", "eager", device="cuda", precision="bfloat16").unsupported() == (
+        f"cuda has no bfloat16 units (compute capability 7.5; they came with 8.0, Ampere){why}"
+    )
+    assert load_backend("pytorch", "eager", device="cuda", options={"tf32": True}).unsupported() == (
+        f"cuda has no tf32 units (compute capability 7.5; they came with 8.0, Ampere){why}"
+    )
+    assert load_backend("pytorch", "eager", device="cuda", precision="float16").unsupported() is None
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))  # an H100
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
+    assert load_backend("pytorch", "eager", device="cuda", precision="bfloat16", options={"tf32": True}).unsupported() is None
+
+
 def test_the_gpu_environments_are_in_the_sets_and_every_one_has_its_file() -> None:
     assert set(jobs.environment_sets()["gpu-default"]) <= set(available("environments"))
     generating = jobs.environment_sets()["gpu-generate"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import time
 from pathlib import Path
 
 import nbformat
@@ -156,10 +157,43 @@ def test_bfloat16_rule_on_cpu_flags(tmp_path, flags, reason):
     assert machine.bfloat16_cpu_reason(set(flags.split())) == reason
 
 
+def test_a_gpus_peak_is_its_sustained_rate_not_its_burst(monkeypatch):
+    """A faked GPU (its tensors on the CPU): each figure's calls run GPU_HEAT_S before any is timed, the warm-up waits
+    for the device's clock (its monitor), and each sample holds enough calls to last GPU_SAMPLE_S."""
+    fake_gpu(monkeypatch)
+    monkeypatch.setattr(machine_limits, "GPU_HEAT_S", 0.3)
+    monkeypatch.setattr(machine_limits, "GPU_SAMPLE_S", 0.05)
+    seen = []
+    real_measure = machine_limits.measure
+
+    def logged_measure(call, spec, sync, **options):
+        seen.append((spec, options.get("monitor")))
+        return real_measure(call, spec, sync, **options)
+
+    monkeypatch.setattr(machine_limits, "measure", logged_measure)
+    began = time.perf_counter()
+    machine_limits.gemm_rate(64, torch.float32, "cuda", repeat=3)
+    spec, monitor = seen[0]
+    assert time.perf_counter() - began >= 0.3 + 3 * 0.05  # heated, then three samples of 50 ms at least
+    assert spec.number > 1 and spec.warmup_max_seconds == machine_limits.GPU_WARMUP_MAX_S and monitor is not None
+
+
+def test_bfloat16_and_tf32_are_not_measured_before_compute_capability_8(monkeypatch):
+    """A V100 (7.0): torch.cuda.is_bf16_supported() says True there (emulation counts); neither has units of its own."""
+    fake_gpu(monkeypatch, capability=(7, 0))
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
+    assert machine_limits.bfloat16_reason("cuda") == "cuda has no bfloat16 units (compute capability 7.0; they came with 8.0, Ampere)"
+    assert machine_limits.tf32_reason("cuda:0") == "cuda:0 has no tf32 units (compute capability 7.0; they came with 8.0, Ampere)"
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
+    assert machine_limits.bfloat16_reason("cuda") is None and machine_limits.tf32_reason("cuda") is None
+
+
 def test_bfloat16_rule_without_cpuinfo_and_on_a_gpu(tmp_path, monkeypatch):
     assert "no /proc/cpuinfo" in machine_limits.bfloat16_reason("cpu", tmp_path / "missing")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: False)
-    assert machine_limits.bfloat16_reason("cuda") == "cuda has no bfloat16 support (torch.cuda.is_bf16_supported() is False)"
+    assert machine_limits.bfloat16_reason("cuda") == "cuda has no bfloat16 units (compute capability 9.0; they came with 8.0, Ampere)"
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
     assert machine_limits.bfloat16_reason("cuda:1") is None
 
@@ -225,6 +259,7 @@ def test_a_gpu_that_torch_does_not_see_is_refused(monkeypatch):
 def fake_gpu(monkeypatch, synchronize=lambda device=None: None, capability: tuple[int, int] = (9, 0)) -> None:
     """A GPU that torch sees, with bfloat16 (an H100's compute capability unless told), whose tensors lie on the CPU."""
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(machine_limits, "GPU_HEAT_S", 0.01)  # a real card's seconds of heating are not this test's
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
