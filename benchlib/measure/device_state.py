@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,10 @@ NVML_CLOCK_SM, NVML_TEMPERATURE_GPU = 1, 0
 NO_COUNTER = "no energy counter on this machine"
 ENERGY_SOURCES: dict[str, str] = {  # a counter's source (DeviceMonitor.source), in words
     "nvml": "NVML's total energy counter of the GPU (nvmlDeviceGetTotalEnergyConsumption), read around the samples",
+    "nvml-whole-card": (
+        "NVML's total energy counter of the whole GPU this MIG instance is part of (nvmlDeviceGetTotalEnergyConsumption of its "
+        "parent), read around the samples: the other instances' work included, as are its power, clock and temperature"
+    ),
     "rapl": "the CPU packages' RAPL counters (/sys/class/powercap), read around the samples: the whole package, other processes' work included",
 }  # fmt: skip
 
@@ -206,12 +211,15 @@ class NvmlMonitor(DeviceMonitor):
 
     source = "nvml"
 
-    def __init__(self, nvml: Any, handle: Any) -> None:
+    def __init__(self, nvml: Any, handle: Any, card: Any | None = None) -> None:
         super().__init__("")
         self.nvml, self.handle = nvml, handle
-        self.max_mhz = _sustained_clock(nvml, handle)
+        self.card = card  # a MIG instance's whole card: its clock, power, heat and energy are the card's
+        if card is not None:
+            self.source = "nvml-whole-card"
+        self.max_mhz = _sustained_clock(nvml, card or handle)
         self.missing: dict[str, str] = {}
-        self._readers = {name: read for name, read in _readers(nvml, handle).items() if self._answers(name, read)}
+        self._readers = {name: read for name, read in _readers(nvml, handle, card).items() if self._answers(name, read)}
         self._reads, self._energy_mj = _Reads(), None
         self._checked_mhz: float | None = None  # the clock at the warm-up's last check
         self._steady_mhz: float | None = None  # the clock the window is held against
@@ -278,12 +286,16 @@ class NvmlMonitor(DeviceMonitor):
         def text(value: Any) -> str | None:
             return value.decode() if isinstance(value, bytes) else None if value is None else str(value)
 
-        limit, memory = _maybe(nvml.nvmlDeviceGetEnforcedPowerLimit, handle), _maybe(nvml.nvmlDeviceGetMemoryInfo, handle)
+        whole = self.card or handle
+        limit, memory = _maybe(nvml.nvmlDeviceGetEnforcedPowerLimit, whole), _maybe(nvml.nvmlDeviceGetMemoryInfo, handle)
         gpu = {
             "name": text(_maybe(nvml.nvmlDeviceGetName, handle)), "driver": text(_maybe(nvml.nvmlSystemGetDriverVersion)),
-            "sustained_sm_clock_mhz": self.max_mhz, "max_sm_clock_mhz": _maybe(nvml.nvmlDeviceGetMaxClockInfo, handle, NVML_CLOCK_SM),
+            "uuid": text(_maybe(nvml.nvmlDeviceGetUUID, handle)),
+            "sustained_sm_clock_mhz": self.max_mhz, "max_sm_clock_mhz": _maybe(nvml.nvmlDeviceGetMaxClockInfo, whole, NVML_CLOCK_SM),
             "power_limit_w": limit / 1000 if limit is not None else None, "memory_total_bytes": int(memory.total) if memory is not None else None,
         }  # fmt: skip
+        if self.card is not None:
+            gpu["mig_of"] = text(_maybe(nvml.nvmlDeviceGetName, self.card))  # clock, power, heat and energy are this card's
         if self.missing:
             gpu["not_read"] = {NVML_FIELDS[name]: why for name, why in self.missing.items()}
         energy = {"source": self.source, "method": ENERGY_SOURCES[self.source]} if "energy" in self._readers else {
@@ -300,20 +312,22 @@ NVML_FIELDS: dict[str, str] = {
 }  # fmt: skip
 
 
-def _readers(nvml: Any, handle: Any) -> dict[str, Callable[[], Any]]:
-    """One read of each field NVML is asked for, in the row's units."""
+def _readers(nvml: Any, handle: Any, card: Any | None = None) -> dict[str, Callable[[], Any]]:
+    """One read of each field NVML is asked for, in the row's units: the memory of `handle`, the rest of its whole
+    `card` where it is a MIG instance."""
+    whole = card or handle
 
     def clock_events() -> int:
         read = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
-        return int(read(handle))
+        return int(read(whole))
 
     return {
-        "clock": lambda: float(nvml.nvmlDeviceGetClockInfo(handle, NVML_CLOCK_SM)),
-        "power": lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000,
-        "temperature": lambda: float(nvml.nvmlDeviceGetTemperature(handle, NVML_TEMPERATURE_GPU)),
+        "clock": lambda: float(nvml.nvmlDeviceGetClockInfo(whole, NVML_CLOCK_SM)),
+        "power": lambda: nvml.nvmlDeviceGetPowerUsage(whole) / 1000,
+        "temperature": lambda: float(nvml.nvmlDeviceGetTemperature(whole, NVML_TEMPERATURE_GPU)),
         "memory": lambda: int(nvml.nvmlDeviceGetMemoryInfo(handle).used),
         "clock_events": clock_events,
-        "energy": lambda: int(nvml.nvmlDeviceGetTotalEnergyConsumption(handle)),
+        "energy": lambda: int(nvml.nvmlDeviceGetTotalEnergyConsumption(whole)),
     }
 
 
@@ -333,6 +347,40 @@ def _sustained_clock(nvml: Any, handle: Any) -> float | None:
     return None
 
 
+def cuda_uuid(device: str) -> str | None:
+    """The UUID of the GPU CUDA calls `device` (`cuda`, `cuda:N`), as NVML names it (`GPU-...`, `MIG-...`): the N-th of
+    CUDA_VISIBLE_DEVICES where that names cards by UUID, else PyTorch's, where PyTorch is already in this process (never
+    imported here: a TensorFlow kernel keeps to TensorFlow), else None."""
+    index = int(device.partition(":")[2] or 0)
+    visible = [part.strip() for part in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if part.strip()]
+    if index < len(visible) and visible[index].startswith(("GPU-", "MIG-")):
+        return visible[index]
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_available() and index < torch.cuda.device_count():
+            return str(torch.cuda.get_device_properties(index).uuid)
+    except Exception:  # a CUDA that cannot say: the index then  # noqa: BLE001
+        return None
+    return None
+
+
+def nvml_handles(nvml: Any, device: str) -> tuple[Any, Any | None]:
+    """NVML's handle of the GPU CUDA calls `device`, found by its UUID (CUDA orders cards fastest first, NVML by PCI
+    bus: an index may name another card), else by index (`nvml_index`); and on a MIG instance, its whole card's handle
+    (an instance has no clock, power or energy counter of its own), else None."""
+    uuid = cuda_uuid(device)
+    if uuid is None:
+        handle = nvml.nvmlDeviceGetHandleByIndex(nvml_index(device))
+    else:
+        candidates = [uuid] if uuid.startswith(("GPU-", "MIG-")) else [f"GPU-{uuid}", f"MIG-{uuid}"]  # PyTorch's has no prefix
+        handle = next((found for name in candidates if (found := _maybe(nvml.nvmlDeviceGetHandleByUUID, name)) is not None), None)
+        if handle is None:
+            raise RuntimeError(f"NVML finds no GPU with the UUID {uuid} that CUDA gives {device}")
+    if _maybe(nvml.nvmlDeviceIsMigDeviceHandle, handle):
+        return handle, nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)
+    return handle, None
+
+
 def nvml_index(device: str) -> int:
     """NVML's index of the GPU PyTorch calls `device` (`cuda`, `cuda:N`): the N-th of CUDA_VISIBLE_DEVICES where that lists
     indices, else N."""
@@ -349,7 +397,7 @@ def make_monitor(device: str, powercap: Path = POWERCAP) -> DeviceMonitor:
             import pynvml
 
             pynvml.nvmlInit()
-            return NvmlMonitor(pynvml, pynvml.nvmlDeviceGetHandleByIndex(nvml_index(device)))
+            return NvmlMonitor(pynvml, *nvml_handles(pynvml, device))
         except Exception as exc:  # no binding, no driver, no such GPU: nothing to read  # noqa: BLE001
             return DeviceMonitor(f"{NO_COUNTER}: NVML cannot be read ({type(exc).__name__}: {exc}); the GPU's clocks are not known either")
     zones = rapl_zones(powercap)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from benchlib import read_results, run_environment
 from benchlib.measure import device_state
@@ -74,6 +75,9 @@ class FakeNvml:
     def nvmlDeviceGetName(self, handle: object) -> str:  # noqa: N802
         return "NVIDIA H200"
 
+    def nvmlDeviceGetUUID(self, handle: object) -> str:  # noqa: N802
+        return "GPU-5b5e3f67-0000-4000-8000-000000000000"
+
 
 def tiny(tmp_path: Path, name: str, **overrides: object) -> dict:
     """A tiny BERT's cells; other processes' share of this shared machine never flags one here (`max_interference` at
@@ -104,7 +108,7 @@ def test_nvmls_fields_reach_every_row_and_environment_json(tmp_path: Path, monke
     assert set(rows["warmup_stop"]) <= {"stable", "time limit"} and (rows["warmup_s"] > 0).all()
     recorded = json.loads((tmp_path / "gpu" / "environment.json").read_text(encoding="utf-8"))["device_state"]
     assert recorded["gpu"] == {
-        "name": "NVIDIA H200", "driver": "580.159.04", "sustained_sm_clock_mhz": 1980.0, "max_sm_clock_mhz": 1980, "power_limit_w": 700.0,
+        "name": "NVIDIA H200", "driver": "580.159.04", "uuid": "GPU-5b5e3f67-0000-4000-8000-000000000000", "sustained_sm_clock_mhz": 1980.0, "max_sm_clock_mhz": 1980, "power_limit_w": 700.0,
         "memory_total_bytes": 141 * 2**30,
     }  # fmt: skip
     assert recorded["energy"]["source"] == "nvml"
@@ -270,6 +274,75 @@ def test_the_nvml_index_follows_cuda_visible_devices(monkeypatch: pytest.MonkeyP
     assert device_state.nvml_index("cuda") == 3 and device_state.nvml_index("cuda:1") == 1
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert device_state.nvml_index("cuda:2") == 2
+
+
+class TwoCardsAndAMigInstance(FakeNvml):
+    """NVML of a machine with two H100s in PCI order (index 0: GPU-aaa, index 1: GPU-bbb) and one MIG instance of the
+    second (MIG-ccc), which answers for its memory only, as NVML does (what this machine lacks)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[str] = []
+
+    def nvmlInit(self) -> None:  # noqa: N802
+        pass
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> str:  # noqa: N802
+        return ["GPU-aaa", "GPU-bbb"][index]
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> str:  # noqa: N802
+        self.asked.append(uuid)
+        if uuid not in ("GPU-aaa", "GPU-bbb", "MIG-ccc"):
+            raise FakeNvml.NVMLError("Not Found")
+        return uuid
+
+    def nvmlDeviceIsMigDeviceHandle(self, handle: str) -> bool:  # noqa: N802
+        return handle.startswith("MIG-")
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, handle: str) -> str:  # noqa: N802
+        return "GPU-bbb"
+
+    def nvmlDeviceGetPowerUsage(self, handle: object) -> int:  # noqa: N802
+        if str(handle).startswith("MIG-"):
+            raise FakeNvml.NVMLError("Not Supported")
+        return super().nvmlDeviceGetPowerUsage(handle)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: object) -> int:  # noqa: N802
+        if str(handle).startswith("MIG-"):
+            raise FakeNvml.NVMLError("Not Supported")
+        return super().nvmlDeviceGetTotalEnergyConsumption(handle)
+
+
+def test_nvmls_handle_is_the_card_cuda_calls_the_device_found_by_its_uuid(monkeypatch: pytest.MonkeyPatch) -> None:
+    nvml = TwoCardsAndAMigInstance()
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", nvml)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-bbb,GPU-aaa")  # CUDA's cuda:0 is NVML's index 1
+    assert make_monitor("cuda:0").handle == "GPU-bbb" and make_monitor("cuda:1").handle == "GPU-aaa"
+
+    class Properties:  # PyTorch's view of the card (CUDA's own order, fastest first): its UUID without NVML's prefix
+        uuid = "bbb"
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: Properties())
+    assert make_monitor("cuda:0").handle == "GPU-bbb" and nvml.asked[-1] == "GPU-bbb"  # not index 0's GPU-aaa
+
+
+def test_on_a_mig_instance_the_energy_is_marked_as_the_whole_cards(monkeypatch: pytest.MonkeyPatch) -> None:
+    nvml = TwoCardsAndAMigInstance()
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", nvml)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-ccc")
+    monitor = make_monitor("cuda")
+    assert isinstance(monitor, NvmlMonitor) and (monitor.handle, monitor.card) == ("MIG-ccc", "GPU-bbb") and not monitor.missing
+    monitor.begin()
+    monitor.read()
+    time.sleep(0.05)
+    state = monitor.end()
+    assert state.energy_j > 0 and state.power_w == 250 and state.energy_source == "nvml-whole-card"
+    described = monitor.describe()
+    assert described["energy"]["source"] == "nvml-whole-card" and "the other instances' work included" in described["energy"]["method"]
+    assert described["gpu"]["mig_of"] == "NVIDIA H200"
 
 
 def test_a_cpu_run_reads_the_machines_own_counters(tmp_path: Path) -> None:
