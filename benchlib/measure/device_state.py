@@ -11,6 +11,7 @@ disturbed and measures it again, like interference (a software power cap, a busy
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import sys
@@ -32,13 +33,20 @@ THROTTLE_REASONS: dict[int, str] = {
 SLOWING_REASONS = frozenset(name for bit, name in THROTTLE_REASONS.items() if bit != 0x4)
 CLOCK_TOLERANCE = 0.03  # a clock more than this share below the cell's steady clock is down-clocked
 POLL_S = 0.1  # a load test's reads, from a thread
+# A GPU cell's energy is read over calls of its own after the samples, at least this long and with no read inside: NVML's
+# power sensor on an A100 or H100 moves in steps that make a window of a few samples read 0 or far off.
+ENERGY_WINDOW_S = 1.0
 NVML_CLOCK_SM, NVML_TEMPERATURE_GPU = 1, 0
 NO_COUNTER = "no energy counter on this machine"
 ENERGY_SOURCES: dict[str, str] = {  # a counter's source (DeviceMonitor.source), in words
-    "nvml": "NVML's total energy counter of the GPU (nvmlDeviceGetTotalEnergyConsumption), read around the samples",
+    "nvml": (
+        "NVML's total energy counter of the GPU (nvmlDeviceGetTotalEnergyConsumption), read around a window of the cell's "
+        "calls of its own after the samples, at least 1 s long, with no read inside"
+    ),
     "nvml-whole-card": (
         "NVML's total energy counter of the whole GPU this MIG instance is part of (nvmlDeviceGetTotalEnergyConsumption of its "
-        "parent), read around the samples: the other instances' work included, as are its power, clock and temperature"
+        "parent), read around a window of the cell's calls of its own after the samples, at least 1 s long: the other "
+        "instances' work included, as are its power, clock and temperature"
     ),
     "rapl": "the CPU packages' RAPL counters (/sys/class/powercap), read around the samples: the whole package, other processes' work included",
 }  # fmt: skip
@@ -59,6 +67,7 @@ class DeviceState:
     throttle: tuple[str, ...] = ()
     energy_j: float | None = None
     energy_source: str = ""
+    energy_calls: int | None = None  # where the energy has a window of its own: the calls in it
 
     def slowed(self) -> str:
         """Why the device could not hold its steady clock in this window ("" when it could): the samples' median clock
@@ -71,10 +80,12 @@ class DeviceState:
             reasons.append("throttled: " + ", ".join(held))
         return "; ".join(reasons)
 
-    def row_fields(self, units: float, unit: str) -> dict[str, Any]:
+    def row_fields(self, units: float, unit: str, units_per_call: float = 1.0) -> dict[str, Any]:
         """The row's device columns; `energy_j` per `unit` of work (`units` of them in the window: calls, generated tokens
-        or served samples)."""
+        or served samples; `units_per_call` of them in each call of an energy window of its own)."""
         blank = lambda value: "" if value is None else value  # noqa: E731
+        if self.energy_calls:
+            units = self.energy_calls * units_per_call
         return {
             "gpu_clock_mhz": blank(self.clock_mhz), "gpu_clock_min_mhz": blank(self.clock_min_mhz), "gpu_sustained_mhz": blank(self.sustained_mhz),
             "gpu_power_w": blank(self.power_w), "gpu_temperature_c": blank(self.temperature_c), "gpu_memory_bytes": blank(self.memory_used_bytes),
@@ -124,6 +135,11 @@ class DeviceMonitor:
     def polling(self) -> Polling:
         """A context that reads this monitor every POLL_S from a thread (a load test's window)."""
         return Polling(self)
+
+    def energy_over(self, call: Callable[[], Any], sync: Callable[[Any], None], per_call_s: float) -> tuple[float, int] | None:
+        """The energy of calls of `call` in a window of their own (joules, calls), where this counter needs one: None here
+        (the samples' window is the energy's)."""
+        return None
 
 
 class Polling:
@@ -268,6 +284,20 @@ class NvmlMonitor(DeviceMonitor):
             throttle=tuple(name for bit, name in THROTTLE_REASONS.items() if reads.reasons & bit), energy_j=joules,
             energy_source=self.source if joules is not None else "",
         )  # fmt: skip
+
+    def energy_over(self, call: Callable[[], Any], sync: Callable[[Any], None], per_call_s: float) -> tuple[float, int] | None:
+        """The energy of back-to-back calls of `call` lasting at least ENERGY_WINDOW_S (as many calls as that takes at
+        `per_call_s`), the counter read at the window's ends only: (joules, calls); None without a counter."""
+        calls = max(1, math.ceil(ENERGY_WINDOW_S / per_call_s)) if per_call_s > 0 else 1
+        sync(None)
+        before = self._read("energy")
+        if before is None:
+            return None
+        for _ in range(calls):
+            output = call()
+        sync(output)
+        after = self._read("energy")
+        return ((after - before) / 1000, calls) if after is not None else None
 
     def steady(self) -> bool:
         """Whether the SM clock has stopped climbing: within CLOCK_TOLERANCE of the clock at the last check, or at the

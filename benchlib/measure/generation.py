@@ -81,7 +81,7 @@ class GenerationMeasurement:
             "tpot_samples_s": json.dumps([float(np.median(sample)) for sample in self.steps_s if sample]),
             "tokens_per_s": self.batch_size * self.new_tokens / generate_s, "token_clock": self.token_clock,
             "token_agreement": _blank(self.token_agreement), "first_divergence": _blank(self.first_divergence),
-            **(self.device.row_fields(self.tokens_generated, "token") if self.device is not None else {}),
+            **(self.device.row_fields(self.tokens_generated, "token", self.tokens_generated / max(len(self.calls_s), 1)) if self.device is not None else {}),
         }  # fmt: skip
 
 

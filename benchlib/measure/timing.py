@@ -263,7 +263,8 @@ def sampled(
 ) -> Sampled:  # fmt: skip
     """The protocol every workload's cell is timed with: `meter` started, `warm_call` warmed up until stable (`warm_up`,
     and until `monitor`'s device's clock has settled), `monitor` begun, samples from `take` with garbage collection
-    off (`take_samples`) and the device read after each, `monitor` ended, `meter` read. `memory`'s window is the
+    off (`take_samples`) and the device read after each, `monitor` ended, the energy of a window of `warm_call`s of its
+    own where the monitor's counter needs one (`DeviceMonitor.energy_over`), `meter` read. `memory`'s window is the
     samples' (a GPU's peak memory over the timed calls alone)."""
     if meter is not None:
         meter.start()
@@ -285,6 +286,8 @@ def sampled(
         if memory is not None:
             memory.end()
         device = monitor.end() if monitor is not None else None
+        if monitor is not None and device is not None and samples and (energy := monitor.energy_over(warm_call, sync, statistics.median(samples))):
+            device = dataclasses.replace(device, energy_j=energy[0], energy_calls=energy[1], energy_source=monitor.source)
         interference = meter.stop() if meter is not None else None
         if interference is not None and device is not None:  # a slowed device disturbs the cell as other work does
             interference = dataclasses.replace(interference, device=device)

@@ -102,9 +102,9 @@ def test_nvmls_fields_reach_every_row_and_environment_json(tmp_path: Path, monke
     assert rows["gpu_sustained_mhz"].eq(1980).all() and rows["gpu_power_w"].eq(250).all() and rows["gpu_temperature_c"].eq(41).all()
     assert rows["gpu_memory_bytes"].eq(3 * 2**30).all() and rows["gpu_throttle"].isna().all() and rows["slowed"].isna().all()
     assert rows["energy_source"].eq("nvml").all() and rows["energy_unit"].eq("call").all()
-    # The counter runs at 250 W of wall time: a call's joules are 250 W x its time (the window also holds the reads between samples).
-    per_call = 250 * rows["mean_s"]
-    assert ((rows["energy_j"] >= 0.9 * per_call) & (rows["energy_j"] <= 1.5 * per_call)).all()
+    # The counter runs at 250 W of wall time: a call's joules are 250 W x its time in the energy's own window of calls
+    # (longer than the samples' where other work on this shared machine slows the calls meanwhile).
+    assert ((rows["energy_j"] >= 0.9 * 250 * rows["min_s"]) & (rows["energy_j"] <= 10 * 250 * rows["mean_s"])).all()
     assert set(rows["warmup_stop"]) <= {"stable", "time limit"} and (rows["warmup_s"] > 0).all()
     recorded = json.loads((tmp_path / "gpu" / "environment.json").read_text(encoding="utf-8"))["device_state"]
     assert recorded["gpu"] == {
@@ -112,6 +112,38 @@ def test_nvmls_fields_reach_every_row_and_environment_json(tmp_path: Path, monke
         "memory_total_bytes": 141 * 2**30,
     }  # fmt: skip
     assert recorded["energy"]["source"] == "nvml"
+
+
+class SteppedEnergy(FakeNvml):
+    """An energy counter that moves in steps of `step_s` of its power, as NVML's power sensor of an A100 or H100 does
+    (what this machine lacks)."""
+
+    step_s = 0.1
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: object) -> int:  # noqa: N802
+        seconds = time.perf_counter() - self.began
+        return int((seconds // self.step_s) * self.step_s * self.watts * 1000)
+
+
+def test_a_gpu_cells_energy_is_read_over_a_second_of_calls_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Samples of a few milliseconds would read a stepped counter as 0 (or a whole step): the energy's own window of at
+    least ENERGY_WINDOW_S of calls, read at its ends only, reads it within a step."""
+    monitor = NvmlMonitor(SteppedEnergy(watts=250.0), handle=0)
+
+    def call() -> None:  # 2 ms of work
+        began = time.perf_counter()
+        while time.perf_counter() - began < 0.002:
+            pass
+
+    joules, calls = monitor.energy_over(call, lambda output: None, per_call_s=0.002)
+    assert calls == 500 and 250 * (1.0 - SteppedEnergy.step_s) <= joules  # a second of calls at least, however busy this machine
+    stepped = SteppedEnergy(watts=250.0)
+    stepped.step_s = 0.5
+    with_monitor(monkeypatch, NvmlMonitor(stepped, handle=0))
+    rows = run_environment(tiny(tmp_path, "stepped", sequence_lengths=[8, 16], repeat=3, number=2), progress=False)
+    assert rows["energy_source"].eq("nvml").all() and (rows["energy_j"] > 0).all()
+    state = DeviceState(energy_j=2.0, energy_calls=400)
+    assert state.row_fields(6, "call")["energy_j"] == pytest.approx(0.005) and state.row_fields(6, "token", 16)["energy_j"] == pytest.approx(2.0 / 6400)
 
 
 class ThrottledFirst(NvmlMonitor):
