@@ -68,6 +68,8 @@ class PyTorchOptions(BaseModel):
 SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION", "math": "MATH"}
 # scaled_dot_product_attention's errors where no kernel allowed can run the inputs (on a GPU; on a CPU)
 NO_KERNEL = ("No available kernel", "No viable backend for scaled_dot_product_attention")
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # torch.compile's modes that capture CUDA graphs (cudagraph trees)
+GRAPH_RECORDING_RUNS = 3  # a shape's calls until its CUDA graph has been recorded and replayed once
 
 
 def kernel_environment(options: PyTorchOptions) -> dict[str, str]:
@@ -251,6 +253,7 @@ class PyTorchBackend:
         self._device = torch.device(self.device)
         # the model whose streams' call `server_call` made, that call, and the shapes it was prepared for
         self._served: tuple[Any, Callable[[Any], Any], list[tuple[int, ...]]] | None = None
+        self._graph_streams: weakref.WeakSet[Callable[[Any], Any]] = weakref.WeakSet()  # the streams' calls of CUDA graphs still held
         if self.on_gpu and (self._device.index or 0) >= torch.cuda.device_count():
             raise RuntimeError(f"device {self.device}: PyTorch sees {torch.cuda.device_count()} GPU(s) on this machine")
         if self.on_gpu:
@@ -344,18 +347,33 @@ class PyTorchBackend:
         one compiled model in torch.compile (dynamic=False, its recompile limit raised to the shapes), each shape run once
         now. Each call runs in inference mode, which is per thread. Every stream of a model shares the model's call:
         a module needs nothing of a stream's own, and compiling again would undo the other streams' graphs. On a GPU
-        each stream runs it in a thread and CUDA stream of its own (`on_own_stream`)."""
+        each stream runs it in a thread and CUDA stream of its own (`on_own_stream`); a call captured in CUDA graphs
+        (`captures_graphs`) is never shared: a second stream asking for it is `Unsupported`, with the reason."""
         model, shapes = built.model, [tuple(x.shape) for x in examples]
         made = self._served is None or self._served[0] is not model or self._served[2] != shapes
+        if not made and self.on_gpu and self.captures_graphs and len(self._graph_streams):  # another stream serves it now
+            raise Unsupported(
+                f"compile_mode {self.options.compile_mode} captures CUDA graphs, which several streams would share: one stream's "
+                "replay may overwrite another's outputs. Serve it with streams: 1, or compile_mode default beside several streams"
+            )
         if made:
             self._served = (model, self._model_call(model, examples), shapes)
         assert self._served is not None
         call = self._served[1]
         if self.on_gpu:
-            return on_own_stream(call, examples, torch.cuda.Stream(self._device))
+            if not self.captures_graphs:
+                return on_own_stream(call, examples, torch.cuda.Stream(self._device))
+            served = on_own_stream(call, examples, torch.cuda.Stream(self._device), GRAPH_RECORDING_RUNS)
+            self._graph_streams.add(served)
+            return served
         for example in examples if made else ():
             call(example)
         return call
+
+    @property
+    def captures_graphs(self) -> bool:
+        """Whether torch.compile's mode captures the calls in CUDA graphs (cudagraph trees), on a GPU."""
+        return self.mode == "compile" and self.options.compile_mode in CUDA_GRAPH_MODES
 
     def _model_call(self, model: Any, examples: Sequence[Any]) -> Callable[[Any], Any]:
         """The call every stream of `model` shares (see `server_call`), not run yet."""
@@ -495,12 +513,13 @@ class PyTorchBackend:
         return {"torch": torch.__version__, "cuda": str(torch.version.cuda), "cudnn": str(torch.backends.cudnn.version())}
 
 
-def on_own_stream(call: Callable[[Any], Any], examples: Sequence[Any], stream: Any) -> Callable[[Any], Any]:
+def on_own_stream(call: Callable[[Any], Any], examples: Sequence[Any], stream: Any, runs: int = 1) -> Callable[[Any], Any]:
     """`call` as one serving stream runs it on a GPU: in a thread of its own kept for the cell, whose current CUDA stream
     is `stream` (a `torch.cuda.Stream`), so that one stream's batch runs on the card while another's is launched, and
     each stream waits for its own work only. The thread is the stream's for good because torch.compile's CUDA graphs
-    are recorded per thread (cudagraph trees): each of `examples` is run in it now, so that its graphs are recorded
-    before any request is timed. The inputs, copied to the GPU by the caller's stream, are waited for first."""
+    are recorded per thread (cudagraph trees): each of `examples` is run in it now, `runs` times (a graph is recorded at
+    a shape's second call, and replayed from its third: GRAPH_RECORDING_RUNS), so that every graph is recorded before
+    any request is timed. The inputs, copied to the GPU by the caller's stream, are waited for first."""
     worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cuda-stream", initializer=torch.cuda.set_stream, initargs=(stream,))
     default = torch.cuda.default_stream(stream.device)
 
@@ -514,8 +533,9 @@ def on_own_stream(call: Callable[[Any], Any], examples: Sequence[Any], stream: A
         return worker.submit(run, x).result()
 
     weakref.finalize(on_stream, worker.shutdown, wait=False)  # the thread ends with the last reference to the call
-    for example in examples:
-        on_stream(example)
+    for _ in range(runs):
+        for example in examples:
+            on_stream(example)
     return on_stream
 
 
