@@ -148,6 +148,27 @@ def test_the_default_job_is_the_gpu_set_where_nvidia_smi_finds_a_gpu(run_cli, tm
     assert jobs.default_environments() == (jobs.DEFAULT_ENVIRONMENTS, None)
 
 
+def test_make_test_gpu_stops_in_one_line_where_nvidia_smi_finds_a_gpu_that_pytorch_cannot_use(tmp_path: Path) -> None:
+    """This machine's PyTorch is a CPU build; nvidia-smi is faked (an H200). Where nvidia-smi finds none, the GPU tests
+    are skipped with the reason and nothing stops."""
+    import subprocess
+    import sys
+
+    import torch
+
+    from benchlib.paths import PROJECT_ROOT
+
+    preflight = [sys.executable, str(PROJECT_ROOT / "tests" / "gpu" / "preflight.py")]
+    done = subprocess.run(preflight, env=fake_nvidia_smi(tmp_path / "bin"), capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip() == (
+        f"make test-gpu: nvidia-smi finds NVIDIA H200 (driver 580.159.04) and PyTorch {torch.__version__}, a CPU build, cannot use it: "
+        "install PyTorch's CUDA build that matches the driver (https://pytorch.org/get-started/locally/)"
+    )
+    no_gpu = {**os.environ, "PATH": str(tmp_path / "empty")}
+    assert subprocess.run(preflight, env=no_gpu, capture_output=True, text=True, timeout=300, check=False).returncode == 0
+
+
 @pytest.mark.parametrize(("kernel", "expected"), [("math", "ok"), ("efficient", "unsupported")])
 def test_an_attention_kernel_that_cannot_run_a_cell_makes_it_unsupported_with_pytorchs_reason(kernel: str, expected: str, tmp_path: Path) -> None:
     """On this CPU for real: PyTorch's CPU has the math and flash kernels of scaled_dot_product_attention, not the
