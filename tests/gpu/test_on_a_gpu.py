@@ -26,7 +26,7 @@ def gpu_reason() -> str | None:
 
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(gpu_reason() is not None, reason=gpu_reason() or "")]
-PYTORCH_GPU = [name for name in available("environments") if name.startswith("gpu-") and "tensorflow" not in name]
+PYTORCH_GPU = [name for name in available("environments") if name.startswith("gpu-") and not ("tensorflow" in name or "onnxruntime" in name)]
 
 
 def run_environment(values: dict, progress: bool = False) -> pd.DataFrame:
@@ -56,8 +56,31 @@ def test_each_gpu_environment_measures_with_the_cards_state_in_every_row(name: s
     assert rows["energy_source"].eq("nvml").all() and (rows["energy_j"] > 0).all() and rows["energy_unit"].eq("call").all()
     assert rows["gpu_busy"].between(0, 1, inclusive="right").all() and rows["launch_bound"].notna().all()
     assert set(rows["warmup_stop"]) <= {"stable", "time limit"} and rows["slowed"].isna().all()  # a quiet card: nothing slowed
+    assert (rows["peak_memory_bytes"] > 0).all()  # the timed calls' own peak on the card
     recorded = json.loads((tmp_path / name / "environment.json").read_text(encoding="utf-8"))["device_state"]
     assert recorded["gpu"]["name"] and recorded["gpu"]["sustained_sm_clock_mhz"] and recorded["energy"]["source"] == "nvml"
+
+
+def test_the_cards_limits_hold_tf32_beside_float32_from_ampere_on() -> None:
+    import torch
+
+    from benchlib.measure.peak import measure_limits
+
+    limits = measure_limits("cuda", gemm_size=4096, copy_bytes=256 * 2**20, repeat=3, remeasure=0)
+    if torch.cuda.get_device_capability()[0] >= 8:
+        assert limits["tf32_reason"] is None and limits["tf32_flops_per_s"] > 1.5 * limits["float32_flops_per_s"]
+        assert limits["bfloat16_reason"] is None and limits["bfloat16_flops_per_s"] > limits["float32_flops_per_s"]
+    else:
+        assert limits["tf32_flops_per_s"] is None and limits["bfloat16_flops_per_s"] is None
+
+
+def test_onnx_runtimes_session_runs_on_cuda_or_its_cells_say_why(tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime", reason="ONNX Runtime is the onnxruntime extra")
+    rows = run_environment(environment("gpu-onnxruntime", tmp_path, models=["bert-base-cased"]), progress=False)
+    reasons = rows["reason"].dropna()
+    assert rows["status"].eq("ok").all() or reasons.str.contains("CUDAExecutionProvider").all(), rows[["status", "reason"]].to_string()
+    if rows["status"].eq("ok").all():
+        assert rows["peak_memory_bytes"].isna().all() and (rows["energy_j"] > 0).all()  # no counter of the card's memory: blank
 
 
 def test_a_short_load_run_on_the_gpu_reads_the_card_over_each_test(tmp_path: Path) -> None:
