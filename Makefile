@@ -2,7 +2,9 @@
 # make test  the test suite: the kit's logic and one end-to-end check of each guarantee, on two workers
 # make test-full  the exhaustive suite: also every catalogue model in every environment, on two workers
 # make test-as-slowest  make test as on the slowest machine type, on a faster one: one core, AVX2 code paths only
-# make test-gpu   the tests marked gpu, on a machine with a CUDA GPU (each skipped with the reason without one)
+# make test-gpu   the tests marked gpu, on a machine with a CUDA GPU (each skipped with the reason without one; one line
+#                 and exit status 2 where nvidia-smi finds a GPU that PyTorch cannot use; each GPU environment's missing
+#                 package named with its pip line), each environment in a process of its own
 # make lab   JupyterLab on notebooks/, with a kernel that has the kit installed
 # make docs  the documentation site, built from docs/ (and the code, for its reference pages) into site/
 # Each creates .venv with python3 if it is missing and installs the kit into it with every extra,
@@ -41,6 +43,7 @@ test-full: $(INSTALLED) $(BROWSER)
 	$(PY) -m pytest -n $(TEST_WORKERS) --full $(ARGS)
 
 test-gpu: $(INSTALLED)
+	$(PY) tests/gpu/preflight.py
 	$(PY) -m pytest -m gpu $(ARGS)
 
 lab: $(INSTALLED)

@@ -63,6 +63,18 @@ def _cpuinfo_lines(cpuinfo: Path | None) -> list[str] | None:
         return None
 
 
+def gpu_precision_reason(device: str, precision: str) -> str | None:
+    """Why GPU `device` has no units of its own for `precision` (bfloat16, tf32): a compute capability before 8.0
+    (Ampere), where torch emulates bfloat16 (`torch.cuda.is_bf16_supported()` counts that) and TF32 does not exist; None
+    where it has them."""
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(device)
+    if major >= 8 and (precision != "bfloat16" or torch.cuda.is_bf16_supported(including_emulation=False)):
+        return None
+    return f"{device} has no {precision} units (compute capability {major}.{minor}; they came with 8.0, Ampere)"
+
+
 def bfloat16_cpu_reason(flags: set[str] | None) -> str | None:
     """Why a CPU with feature `flags` has no native bfloat16 (a number measured there would be a slow
     emulation, or a oneDNN error), or None when it has it: the kit's one rule, oneDNN's `avx512_core_bf16`

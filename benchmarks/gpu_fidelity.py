@@ -1,12 +1,15 @@
 """Is a GPU cell's figure the model's? A rerunnable check of the kit's timing against a plain CUDA-event loop, interleaved.
 
 In one process, so that the card's state (its clock, its temperature) is shared: for each model, precision and shape,
-`--blocks` alternations of the kit's own measurement of the cell (`measure.timing.measure`: its warm-up until the time
-and the SM clock are steady, `repeat` samples, a synchronisation before every clock read, the card read between samples)
-and a plain loop (10 calls to warm up, then 50 calls, each between two CUDA events, under `torch.inference_mode`; NVML's
-energy counter read around it; the garbage collector off, as in the kit's samples and timeit's). Prints, per cell, the kit's median over the plain loop's median and the kit's joules per
-call over the plain loop's, and whether each is within the target (5% for time, 10% for energy: `--tolerance`,
-`--energy-tolerance`); exit status 1 if any is not. The card's lowest SM clock over the kit's samples is printed beside it.
+`--blocks` alternations of the kit's own measurements of the cell (`measure.timing.measure`: its warm-up until the time
+and the SM clock are steady, `repeat` samples, a synchronisation before every clock read, the card read between samples,
+the energy over a window of calls of its own), once with one call per sample and once with the kit's default timing
+(`number` calls per sample, back to back: `BenchmarkParams`' default), and a plain loop (10 calls to warm up, then 50
+calls, each between two CUDA events, under `torch.inference_mode`; NVML's energy counter read around a second of calls
+after them; the garbage collector off, as in the kit's samples and timeit's). Prints the card's name, then per cell the
+kit's median over the plain loop's median for each timing, the kit's joules per call over the plain loop's, and whether
+each is within the target (5% for time, 10% for energy: `--tolerance`, `--energy-tolerance`); exit status 1 if any is
+not. The card's lowest SM clock over the kit's samples is printed beside it.
 
     .venv/bin/python benchmarks/gpu_fidelity.py [--models bert-base-cased,gpt2,qwen2.5-0.5b] [--precisions float32,float16]
                                                 [--batches 1,8] [--lengths 128,512] [--blocks 3] [--device cuda]
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import statistics
 import sys
 import time
@@ -27,7 +31,8 @@ import numpy as np
 
 from benchlib.backends import load_backend
 from benchlib.config.catalogue import get_model
-from benchlib.measure.device_state import DeviceMonitor, make_monitor
+from benchlib.config.params import BenchmarkParams
+from benchlib.measure.device_state import ENERGY_WINDOW_S, DeviceMonitor, make_monitor
 from benchlib.measure.timing import TimingSpec, measure
 from benchlib.workloads import forward
 from benchlib.workloads.inputs import cell_inputs
@@ -60,9 +65,17 @@ def plain_loop(call, device: str, monitor: DeviceMonitor) -> tuple[float, float 
             began = time.perf_counter()
             call()
             times.append(time.perf_counter() - began)
+    monitor.end()
+    median = statistics.median(times)
+    calls = max(1, math.ceil(ENERGY_WINDOW_S / median))  # the energy over a second of calls at least: NVML's sensor moves in steps
+    monitor.begin()  # reads the energy counter only
+    for _ in range(calls):
+        call()
+    if on_gpu:
+        torch.cuda.synchronize(device)
     state = monitor.end()
     gc.enable()
-    return statistics.median(times), None if state.energy_j is None else state.energy_j / PLAIN_CALLS
+    return median, None if state.energy_j is None else state.energy_j / calls
 
 
 def main() -> int:
@@ -79,9 +92,12 @@ def main() -> int:
     args = parser.parse_args()
     import torch
 
-    spec_timing = TimingSpec(warmup=10, warmup_max_seconds=5.0, repeat=30, number=1)
+    default_number = BenchmarkParams.model_fields["number"].default
+    timings = {"number 1": TimingSpec(warmup=10, warmup_max_seconds=5.0, repeat=30, number=1)}
+    timings[f"number {default_number}"] = TimingSpec(warmup=10, warmup_max_seconds=5.0, repeat=30, number=default_number)
     monitor = make_monitor(args.device)
-    print(f"device {args.device}: {type(monitor).__name__}{' (' + monitor.reason + ')' if monitor.reason else ''}")
+    card = monitor.describe().get("gpu", {}).get("name") or "no GPU read by NVML"
+    print(f"device {args.device} ({card}): {type(monitor).__name__}{' (' + monitor.reason + ')' if monitor.reason else ''}")
     failed = False
     for precision in args.precisions.split(","):
         backend = load_backend("pytorch", "eager", device=args.device, precision=precision)
@@ -93,22 +109,27 @@ def main() -> int:
                     for length in map(int, args.lengths.split(",")):
                         ids = cell_inputs(spec, args.scale, "random", None, batch, length, 0)
                         call = forward.prepare_call(backend, built, backend.as_inputs(ids.ids))
-                        ratios, energies, lowest = [], [], []
+                        ratios: dict[str, list[float]] = {timing: [] for timing in timings}
+                        energies, lowest = [], []
                         for _ in range(args.blocks):  # kit then plain, alternately: drift falls on both
-                            kit = measure(call, spec_timing, backend.sync, monitor=monitor)
+                            kits = {timing: measure(call, spec, backend.sync, monitor=monitor) for timing, spec in timings.items()}
                             plain_s, plain_j = plain_loop(call, args.device, monitor)
-                            ratios.append(kit.median_s / plain_s)
-                            if kit.device is not None and kit.device.energy_j is not None and plain_j:
-                                energies.append(kit.device.energy_j / kit.calls / plain_j)
-                            if kit.device is not None and kit.device.clock_min_mhz is not None:
-                                lowest.append(kit.device.clock_min_mhz)
-                        ratio = statistics.median(ratios)
+                            for timing, kit in kits.items():
+                                ratios[timing].append(kit.median_s / plain_s)
+                                if kit.device is not None and kit.device.clock_min_mhz is not None:
+                                    lowest.append(kit.device.clock_min_mhz)
+                            per_call_j = kits["number 1"].row_fields().get("energy_j", "")
+                            if per_call_j != "" and plain_j:
+                                energies.append(per_call_j / plain_j)
+                        ratio = {timing: statistics.median(values) for timing, values in ratios.items()}
                         energy = statistics.median(energies) if energies else None
-                        bad = abs(ratio - 1) > args.tolerance or (energy is not None and abs(energy - 1) > args.energy_tolerance)
+                        bad = any(abs(value - 1) > args.tolerance for value in ratio.values())
+                        bad |= energy is not None and abs(energy - 1) > args.energy_tolerance
                         failed |= bad
                         clock = f", lowest SM clock {min(lowest):.0f} MHz" if lowest else ""
                         energy_text = f", energy {energy:.3f}" if energy is not None else ", energy: no counter"
-                        print(f"{name} {precision} {batch}x{length}: kit/plain time {ratio:.3f}{energy_text}{clock}{'  BEYOND' if bad else ''}")
+                        times = ", ".join(f"kit ({timing})/plain time {value:.3f}" for timing, value in ratio.items())
+                        print(f"{name} {precision} {batch}x{length}: {times}{energy_text}{clock}{'  BEYOND' if bad else ''}")
             del built
             backend.free()
     if args.device.startswith("cuda"):

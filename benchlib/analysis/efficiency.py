@@ -3,7 +3,8 @@
 The roofline model (Williams, Waterman and Patterson, 2009): a cell of arithmetic intensity I
 (FLOPs per byte moved) can run at most at min(peak FLOP/s, bandwidth × I). The FLOPs and bytes of
 a cell come from `benchlib.measure.flops` (the analytic count, written to each `ok` row as `flops`, and
-`cell_bytes`: the weights once plus the activations' estimate); the peaks (float32, bfloat16, float16)
+`cell_bytes`: the weights once plus the activations' estimate, at the cell's precision's bytes per element); the peaks
+(float32, TF32 on a GPU, bfloat16, float16)
 and the bandwidth from `<run>/machine_limits.json` (`benchlib.measure.peak`), measured on the same
 machine with the environments' thread count. A cell is set against its own precision's peak, never
 another's, and a share above 1 is never shown. On a GPU, a cell whose call kept the GPU busy less than
@@ -33,7 +34,12 @@ from benchlib.store.limits import read_limits
 from benchlib.store.results import is_true
 
 FLOAT32 = "float32"
-PEAKS = {FLOAT32: "float32_flops_per_s", "bfloat16": "bfloat16_flops_per_s", "float16": "float16_flops_per_s"}  # precision -> machine_limits.json's key
+TF32 = "tf32"
+# precision -> machine_limits.json's key
+PEAKS = {FLOAT32: "float32_flops_per_s", TF32: "tf32_flops_per_s", "bfloat16": "bfloat16_flops_per_s", "float16": "float16_flops_per_s"}
+BYTES_PER_ELEMENT = {"bfloat16": 2, "float16": 2}  # weights and activations of a cell's precision (else 4: float32's)
+# float32 cells that run on TF32 units: PyTorch's `tf32: true`, and TensorRT's engines (TF32 by its default)
+TF32_OPTIONS = re.compile(r'"tf32":\s*true|"gpu_provider":\s*"tensorrt"')
 BANDWIDTH = "bandwidth_bytes_per_s"
 NONE_MEASURED = "none measured for "  # `peak` of a cell whose precision has no measured peak: "none measured for int8"
 EXCEEDED = " (exceeded)"  # `peak` of a cell that ran above its precision's peak: "float32 (exceeded)"
@@ -58,6 +64,11 @@ def load_limits(run_dirs: Iterable[str | os.PathLike[str]]) -> Limits:
     return found
 
 
+def peak_precision(precision: str, options: str) -> str:
+    """The precision whose peak a cell is set against: TF32's for a float32 cell whose runtime runs it on TF32 units."""
+    return TF32 if precision == FLOAT32 and TF32_OPTIONS.search(options or "") else precision
+
+
 def precision_peak(machine: dict[str, Any], precision: str) -> tuple[str, float]:
     """The peak a cell of `precision` is set against on `machine`: (its name, FLOP/s), or (why none, NaN)."""
     value = machine.get(PEAKS.get(precision, ""))
@@ -78,9 +89,11 @@ def efficiency(rows: pd.DataFrame, limits: Limits) -> pd.DataFrame:
         return pd.DataFrame(columns=EFFICIENCY_COLUMNS)
     machine = [limits[key] for key in zip(rows["run"], rows["device"])]
     rows = rows.assign(cell_bytes=[
-        cell_bytes(get_model(model), scale, b, s) for model, scale, b, s in zip(rows["model"], rows["model_scale"], rows["batch_size"], rows["sequence_length"])
+        cell_bytes(get_model(model), scale, b, s, BYTES_PER_ELEMENT.get(precision, 4))
+        for model, scale, b, s, precision in zip(rows["model"], rows["model_scale"], rows["batch_size"], rows["sequence_length"], rows["precision"])
     ])  # fmt: skip
-    names, values = zip(*(precision_peak(m, precision) for m, precision in zip(machine, rows["precision"])))
+    peaks = [peak_precision(precision, options) for precision, options in zip(rows["precision"], rows["options"])]
+    names, values = zip(*(precision_peak(m, precision) for m, precision in zip(machine, peaks)))
     peak = pd.Series(values, index=rows.index)
     bandwidth = pd.Series([m[BANDWIDTH] for m in machine], index=rows.index)
     table = rows.assign(

@@ -305,8 +305,8 @@ class Backend(Protocol):
     def reset_peak_memory(self) -> None:
         """On a GPU: reset the framework's peak memory counter of the device."""
 
-    def peak_memory_bytes(self) -> int:
-        """On a GPU: the framework's peak memory counter of the device since the last reset."""
+    def peak_memory_bytes(self) -> int | None:
+        """On a GPU: the framework's peak memory counter of the device since the last reset (None where it has none)."""
 
     def settings(self) -> dict[str, Any]:
         """Thread and device settings in effect, read back from the framework."""
@@ -368,8 +368,8 @@ class UnavailableBackend:
     def reset_peak_memory(self) -> None:
         """Nothing is measured."""
 
-    def peak_memory_bytes(self) -> int:
-        return 0
+    def peak_memory_bytes(self) -> int | None:
+        return None
 
     def settings(self) -> dict[str, Any]:
         return {}

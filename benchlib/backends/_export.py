@@ -151,5 +151,6 @@ class ExportedBackend:
     def reset_peak_memory(self) -> None:
         """CPU only: the sweep reads the process's resident memory instead."""
 
-    def peak_memory_bytes(self) -> int:
-        return 0
+    def peak_memory_bytes(self) -> int | None:
+        """None: ONNX Runtime and OpenVINO keep no peak counter of a GPU's memory (blank, never 0)."""
+        return None

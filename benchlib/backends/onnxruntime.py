@@ -64,6 +64,9 @@ class OnnxRuntimeOptions(BaseModel):
 
 
 PROVIDERS = {"cuda": ("CUDAExecutionProvider",), "tensorrt": ("TensorrtExecutionProvider", "CUDAExecutionProvider")}
+# float32 on CUDA's provider is float32, as eager PyTorch's baseline: its default runs float32 matrix multiplies on TF32
+# units (Ampere and later). TensorRT's engines may use TF32 by default: its cells are set against the TF32 peak.
+PROVIDER_OPTIONS: dict[str, dict[str, Any]] = {"CUDAExecutionProvider": {"use_tf32": 0}}
 GPU_INSTALL = "pip uninstall -y onnxruntime && pip install -e '.[onnxruntime-gpu]' (onnxruntime-gpu, in place of onnxruntime)"
 
 
@@ -120,7 +123,7 @@ class OnnxRuntimeBackend(ExportedBackend):
         if not self.device.startswith("cuda"):
             return ["CPUExecutionProvider"]
         index = {"device_id": int(self.device.partition(":")[2] or 0)}
-        return [*((name, index) for name in PROVIDERS[self.options.gpu_provider]), "CPUExecutionProvider"]
+        return [*((name, {**index, **PROVIDER_OPTIONS.get(name, {})}) for name in PROVIDERS[self.options.gpu_provider]), "CPUExecutionProvider"]
 
     def unsupported(self) -> str | None:
         if self.workload == "generate" and self.precision == "int8":
@@ -151,6 +154,7 @@ class OnnxRuntimeBackend(ExportedBackend):
                 reference = build_reference(spec, scale, self.seed, cache_dir=self.cache_dir)
             path = int8.path / INT8_FILE
         session = ort.InferenceSession(str(path), self._session_options, providers=self.providers)
+        self.check_provider(session.get_providers())
         return Exported(session, reference, path)
 
     def build_generation(self, spec: ModelSpec, scale: str) -> Exported:
@@ -162,8 +166,25 @@ class OnnxRuntimeBackend(ExportedBackend):
         reference = build_reference(spec, scale, self.seed, cache_dir=self.cache_dir)
         causal_lm = optimum_onnxruntime.ORTModelForCausalLM  # imported before `quiet`
         with quiet():
-            model = causal_lm.from_pretrained(onnx.path, session_options=self._session_options, provider=self.providers[0][0] if self.device.startswith("cuda") else "CPUExecutionProvider")
+            model = causal_lm.from_pretrained(onnx.path, session_options=self._session_options, provider=self.asked_provider)
+        self.check_provider(model.providers)
         return Exported(model, reference, onnx.path / MODEL_FILE)
+
+    @property
+    def asked_provider(self) -> str:
+        """The execution provider the session is asked to run on first."""
+        first = self.providers[0]
+        return first if isinstance(first, str) else first[0]
+
+    def check_provider(self, running: Sequence[str]) -> None:
+        """Refuse a session whose first execution provider is not the one asked for: `get_available_providers()` lists
+        the providers the wheel was built with, not those whose libraries load, and a session whose provider fails to
+        load runs on the next one with a warning only (CPU timings labelled GPU)."""
+        if running and running[0] != self.asked_provider:
+            raise Unsupported(
+                f"ONNX Runtime's session runs on {running[0]}, not on {self.asked_provider} as asked: {self.asked_provider} did not load "
+                f"here (its CUDA, cuDNN or TensorRT libraries); ONNX Runtime fell back to {running[0]}"
+            )
 
     def prepare(self, built: Exported, inputs: np.ndarray) -> Callable[[], Any]:
         session, feed = built.runner, {built.runner.get_inputs()[0].name: inputs}
@@ -192,7 +213,7 @@ class OnnxRuntimeBackend(ExportedBackend):
             "graph_optimization": self.options.graph_optimization,
             "execution_mode": next(name for name, mode in EXECUTION_MODE.items() if options.execution_mode.name == mode),
             "intra_op_spinning": options.get_session_config_entry(SPINNING) == "1",
-            "execution_provider": self.providers[0] if isinstance(self.providers[0], str) else self.providers[0][0],
+            "execution_provider": self.asked_provider,
             "device": self.device,
         }
 

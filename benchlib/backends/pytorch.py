@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from benchlib.backends import BackendInfo, lazy_import, register
 from benchlib.backends._generate import Generator, transformers_generator
-from benchlib.machine import bfloat16_cpu_reason, bfloat16_here_reason, package_version
+from benchlib.machine import bfloat16_cpu_reason, bfloat16_here_reason, gpu_precision_reason, package_version
 from benchlib.store.cache import ENTRY_FILE, Artefact, artefact, compiler_cache, digest
 
 if TYPE_CHECKING:  # the catalogue sits above the backends: they are handed its entries
@@ -68,6 +68,8 @@ class PyTorchOptions(BaseModel):
 SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION", "math": "MATH"}
 # scaled_dot_product_attention's errors where no kernel allowed can run the inputs (on a GPU; on a CPU)
 NO_KERNEL = ("No available kernel", "No viable backend for scaled_dot_product_attention")
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # torch.compile's modes that capture CUDA graphs (cudagraph trees)
+GRAPH_RECORDING_RUNS = 3  # a shape's calls until its CUDA graph has been recorded and replayed once
 
 
 def kernel_environment(options: PyTorchOptions) -> dict[str, str]:
@@ -214,6 +216,11 @@ def compiler_unsupported() -> str | None:
     return None
 
 
+def set_tf32(on: bool) -> None:
+    """TF32's matrix units on or off for float32's matrix multiplies and convolutions."""
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = on
+
+
 @dataclass
 class Built:
     """A built PyTorch model: what is run, and the eager float32 model its output is compared with."""
@@ -247,15 +254,11 @@ class PyTorchBackend:
         self._device = torch.device(self.device)
         # the model whose streams' call `server_call` made, that call, and the shapes it was prepared for
         self._served: tuple[Any, Callable[[Any], Any], list[tuple[int, ...]]] | None = None
+        self._graph_streams: weakref.WeakSet[Callable[[Any], Any]] = weakref.WeakSet()  # the streams' calls of CUDA graphs still held
         if self.on_gpu and (self._device.index or 0) >= torch.cuda.device_count():
             raise RuntimeError(f"device {self.device}: PyTorch sees {torch.cuda.device_count()} GPU(s) on this machine")
         if self.on_gpu:
-            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = self.options.tf32
-        if self.options.sdpa_kernel is not None:  # for the whole kernel, never left: one environment per process
-            from torch.nn.attention import SDPBackend, sdpa_kernel
-
-            self._attention = sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[self.options.sdpa_kernel]))  # kept: closing it restores
-            self._attention.__enter__()
+            set_tf32(self.options.tf32)
         if self.num_threads:
             torch.set_num_threads(self.num_threads)
         if self.num_interop_threads and torch.get_num_interop_threads() != self.num_interop_threads:
@@ -271,6 +274,9 @@ class PyTorchBackend:
     def unsupported(self) -> str | None:
         if self.options.tf32 and not self.on_gpu:
             return "tf32 is a mode of a CUDA GPU's matrix units (Ampere and later): a CPU has none"
+        for precision, asked in (("bfloat16", self.precision == "bfloat16"), ("tf32", self.options.tf32)):
+            if asked and self.on_gpu and (reason := gpu_precision_reason(self.device, precision)):
+                return f"{reason}: torch would emulate it or ignore it, and its number would not be the card's"
         if self.precision == "bfloat16" and not self.on_gpu:
             return bfloat16_unsupported()
         if self.precision == "float16" and not self.on_gpu:
@@ -342,18 +348,33 @@ class PyTorchBackend:
         one compiled model in torch.compile (dynamic=False, its recompile limit raised to the shapes), each shape run once
         now. Each call runs in inference mode, which is per thread. Every stream of a model shares the model's call:
         a module needs nothing of a stream's own, and compiling again would undo the other streams' graphs. On a GPU
-        each stream runs it in a thread and CUDA stream of its own (`on_own_stream`)."""
+        each stream runs it in a thread and CUDA stream of its own (`on_own_stream`); a call captured in CUDA graphs
+        (`captures_graphs`) is never shared: a second stream asking for it is `Unsupported`, with the reason."""
         model, shapes = built.model, [tuple(x.shape) for x in examples]
         made = self._served is None or self._served[0] is not model or self._served[2] != shapes
+        if not made and self.on_gpu and self.captures_graphs and len(self._graph_streams):  # another stream serves it now
+            raise Unsupported(
+                f"compile_mode {self.options.compile_mode} captures CUDA graphs, which several streams would share: one stream's "
+                "replay may overwrite another's outputs. Serve it with streams: 1, or compile_mode default beside several streams"
+            )
         if made:
             self._served = (model, self._model_call(model, examples), shapes)
         assert self._served is not None
         call = self._served[1]
         if self.on_gpu:
-            return on_own_stream(call, examples, torch.cuda.Stream(self._device))
+            if not self.captures_graphs:
+                return on_own_stream(call, examples, torch.cuda.Stream(self._device))
+            served = on_own_stream(call, examples, torch.cuda.Stream(self._device), GRAPH_RECORDING_RUNS)
+            self._graph_streams.add(served)
+            return served
         for example in examples if made else ():
             call(example)
         return call
+
+    @property
+    def captures_graphs(self) -> bool:
+        """Whether torch.compile's mode captures the calls in CUDA graphs (cudagraph trees), on a GPU."""
+        return self.mode == "compile" and self.options.compile_mode in CUDA_GRAPH_MODES
 
     def _model_call(self, model: Any, examples: Sequence[Any]) -> Callable[[Any], Any]:
         """The call every stream of `model` shares (see `server_call`), not run yet."""
@@ -383,20 +404,31 @@ class PyTorchBackend:
     def reference_output(self, built: Built, inputs: Any) -> np.ndarray | None:
         if built.reference is None:
             return None
-        with self.full_float32():
+        with self.as_reference():
             return reference_output(built.reference, inputs)
 
+    def attention_kernel(self) -> contextlib.AbstractContextManager[Any]:
+        """The one attention kernel the model's calls may use (`sdpa_kernel`), while the context lasts; nothing without one."""
+        if self.options.sdpa_kernel is None:
+            return contextlib.nullcontext()
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        return sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[self.options.sdpa_kernel]))
+
     @contextlib.contextmanager
-    def full_float32(self) -> Iterator[None]:
-        """The reference's float32, all 23 bits of it: TF32's matrix units off while it runs, where `tf32` turned them on."""
-        if not (self.on_gpu and self.options.tf32):
+    def as_reference(self) -> Iterator[None]:
+        """The reference's own settings while it runs: float32, all 23 bits of it (TF32's matrix units off where `tf32`
+        turned them on), and PyTorch's own choice of attention kernel (where `sdpa_kernel` held the model's calls to
+        one: the reference, on the CPU beside a half-precision model, may have no such kernel)."""
+        with contextlib.ExitStack() as stack:
+            if self.options.sdpa_kernel is not None:
+                from torch.nn.attention import SDPBackend, sdpa_kernel
+
+                stack.enter_context(sdpa_kernel([getattr(SDPBackend, name) for name in SDPA_BACKENDS.values()]))
+            if self.on_gpu and self.options.tf32:
+                set_tf32(False)
+                stack.callback(set_tf32, True)
             yield
-            return
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-        try:
-            yield
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 
     def generator(self, built: Built, inputs: Any) -> Generator:
         """transformers' `generate` with its dynamic key/value cache; with `compile`, a static cache and the forward
@@ -428,15 +460,18 @@ class PyTorchBackend:
     def reference_tokens(self, built: Built, inputs: Any, new_tokens: int) -> np.ndarray | None:
         if built.reference is None:
             return None
-        with self.full_float32():
+        with self.as_reference():
             return reference_tokens(built.reference, inputs, new_tokens)
 
     def attn_implementation(self, built: Built) -> str:
         return str(getattr(built.config, "_attn_implementation", None) or "eager")
 
-    def inference_context(self) -> contextlib.AbstractContextManager[Any]:
-        """Inference mode, entered once around a cell rather than in every timed call."""
-        return torch.inference_mode()
+    @contextlib.contextmanager
+    def inference_context(self) -> Iterator[None]:
+        """Inference mode and the attention kernel (`attention_kernel`), entered once around a cell rather than in every
+        timed call, and left after it: never held for the process, nor for the reference (`as_reference`)."""
+        with torch.inference_mode(), self.attention_kernel():
+            yield
 
     def sync(self, output: Any) -> None:
         if self.on_gpu:
@@ -479,12 +514,13 @@ class PyTorchBackend:
         return {"torch": torch.__version__, "cuda": str(torch.version.cuda), "cudnn": str(torch.backends.cudnn.version())}
 
 
-def on_own_stream(call: Callable[[Any], Any], examples: Sequence[Any], stream: Any) -> Callable[[Any], Any]:
+def on_own_stream(call: Callable[[Any], Any], examples: Sequence[Any], stream: Any, runs: int = 1) -> Callable[[Any], Any]:
     """`call` as one serving stream runs it on a GPU: in a thread of its own kept for the cell, whose current CUDA stream
     is `stream` (a `torch.cuda.Stream`), so that one stream's batch runs on the card while another's is launched, and
     each stream waits for its own work only. The thread is the stream's for good because torch.compile's CUDA graphs
-    are recorded per thread (cudagraph trees): each of `examples` is run in it now, so that its graphs are recorded
-    before any request is timed. The inputs, copied to the GPU by the caller's stream, are waited for first."""
+    are recorded per thread (cudagraph trees): each of `examples` is run in it now, `runs` times (a graph is recorded at
+    a shape's second call, and replayed from its third: GRAPH_RECORDING_RUNS), so that every graph is recorded before
+    any request is timed. The inputs, copied to the GPU by the caller's stream, are waited for first."""
     worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cuda-stream", initializer=torch.cuda.set_stream, initargs=(stream,))
     default = torch.cuda.default_stream(stream.device)
 
@@ -498,8 +534,9 @@ def on_own_stream(call: Callable[[Any], Any], examples: Sequence[Any], stream: A
         return worker.submit(run, x).result()
 
     weakref.finalize(on_stream, worker.shutdown, wait=False)  # the thread ends with the last reference to the call
-    for example in examples:
-        on_stream(example)
+    for _ in range(runs):
+        for example in examples:
+            on_stream(example)
     return on_stream
 
 

@@ -103,6 +103,8 @@ class TensorFlowBackend:
             raise RuntimeError(f"device {self.device}: TensorFlow sees {len(gpus)} GPU(s) on this machine")
         for gpu in gpus:
             tf.config.experimental.set_memory_growth(gpu, True)
+        # float32 is float32, as eager PyTorch's baseline: TensorFlow's default runs it on TF32 units (Ampere and later)
+        tf.config.experimental.enable_tensor_float_32_execution(False)
 
     @property
     def on_gpu(self) -> bool:
@@ -228,6 +230,7 @@ class TensorFlowBackend:
             "num_interop_threads": tf.config.threading.get_inter_op_parallelism_threads(),
             "device": self._device,
             "gpus": [gpu.name for gpu in tf.config.list_physical_devices("GPU")],
+            "tensor_float_32": tf.config.experimental.tensor_float_32_execution_enabled(),
         }
 
     def versions(self) -> dict[str, str]:

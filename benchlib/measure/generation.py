@@ -20,6 +20,7 @@ import numpy as np
 from benchlib.backends._generate import Generator
 from benchlib.measure.device_state import DeviceMonitor, DeviceState
 from benchlib.measure.interference import Interference, InterferenceMeter
+from benchlib.measure.memory import CellPeakMemory
 from benchlib.measure.timing import Clock, Measurement, Sync, TimingSpec, no_sync, sampled
 
 EACH_STEP = "each step"  # the clock read at each token inside the call
@@ -80,7 +81,7 @@ class GenerationMeasurement:
             "tpot_samples_s": json.dumps([float(np.median(sample)) for sample in self.steps_s if sample]),
             "tokens_per_s": self.batch_size * self.new_tokens / generate_s, "token_clock": self.token_clock,
             "token_agreement": _blank(self.token_agreement), "first_divergence": _blank(self.first_divergence),
-            **(self.device.row_fields(self.tokens_generated, "token") if self.device is not None else {}),
+            **(self.device.row_fields(self.tokens_generated, "token", self.tokens_generated / max(len(self.calls_s), 1)) if self.device is not None else {}),
         }  # fmt: skip
 
 
@@ -116,7 +117,7 @@ def one_sample(generator: Generator, new_tokens: int, sync: Sync = no_sync, cloc
 def measure_generation(
     generator: Generator, new_tokens: int, batch_size: int, spec: TimingSpec, sync: Sync = no_sync, clock: Clock = time.perf_counter,
     meter: InterferenceMeter | None = None, first_call_s: float | None = None, prepare_s: float | None = None,
-    monitor: DeviceMonitor | None = None,
+    monitor: DeviceMonitor | None = None, memory: CellPeakMemory | None = None,
 ) -> GenerationMeasurement:  # fmt: skip
     """Time generation as the forward workload times its call (`timing.sampled`): warm-up until the whole call is stable,
     then `spec.repeat` samples (or until the mean of the whole call is known well enough), one sample per call
@@ -132,7 +133,7 @@ def measure_generation(
         collected.steps_s.append(steps)
         return whole
 
-    taken = sampled(take, warm_call, spec, sync, clock, meter, monitor)
+    taken = sampled(take, warm_call, spec, sync, clock, meter, monitor, memory)
     return GenerationMeasurement(
         calls_s=tuple(taken.samples), ttft_s=tuple(collected.ttft_s), steps_s=tuple(collected.steps_s), batch_size=batch_size,
         new_tokens=new_tokens, token_clock=EACH_STEP if generator.clock is not None else TWO_CALLS, first_call_s=first_call_s,

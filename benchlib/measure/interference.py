@@ -48,7 +48,7 @@ class Interference:
 
     def disturbed(self, max_interference: float) -> bool:
         """Whether other processes used more than `max_interference` of the machine, beyond the meter's resolution, or
-        the device could not hold its sustained clock (`DeviceState.slowed`)."""
+        the device could not hold its steady clock (`DeviceState.slowed`)."""
         return self.fraction > max_interference + self.resolution or bool(self.device is not None and self.device.slowed())
 
 

@@ -1,4 +1,5 @@
-"""Peak memory of one cell: the framework's own counters on a GPU, the process's peak resident set on the CPU.
+"""Peak memory of one cell: the framework's own counters over the timed calls on a GPU, the process's peak resident set
+over the cell on the CPU.
 
 CPU, on Linux: the kernel keeps the process's peak resident set size (VmHWM in /proc/self/status)
 and resets it to the current size when "5" is written to /proc/self/clear_refs (Linux 4.0 and later).
@@ -115,7 +116,10 @@ class PeakRSS:
 class CellPeakMemory:
     """Context manager: a cell's peak memory (`.bytes` after exit).
 
-    On a GPU the backend's own counters, reset on entry; on the CPU the process's peak resident set.
+    On a GPU the backend's own counters over the timed calls alone: reset when the samples begin (`begin`) and read when
+    they end (`end`), so that preparation, autotuning's workspaces and a float32 reference on the same GPU are left out
+    (over the whole cell where it ended before its samples); blank where the backend has no counter (ONNX Runtime). On
+    the CPU the process's peak resident set over the cell.
     """
 
     def __init__(self, backend: Any) -> None:
@@ -123,6 +127,17 @@ class CellPeakMemory:
         self.on_cpu = backend.device == "cpu"
         self.bytes: int | None = None
         self._rss = PeakRSS() if self.on_cpu else None
+        self._samples: int | None = None  # a GPU's peak over the samples
+
+    def begin(self) -> None:
+        """The samples begin: a GPU's counter restarts (nothing on the CPU)."""
+        if self._rss is None:
+            self.backend.reset_peak_memory()
+
+    def end(self) -> None:
+        """The samples have ended: a GPU's counter is read (nothing on the CPU)."""
+        if self._rss is None:
+            self._samples = self.backend.peak_memory_bytes()
 
     def __enter__(self) -> CellPeakMemory:
         if self._rss is not None:
@@ -136,4 +151,4 @@ class CellPeakMemory:
             self._rss.__exit__(*exc)
             self.bytes = self._rss.bytes
         else:
-            self.bytes = self.backend.peak_memory_bytes()
+            self.bytes = self._samples if self._samples is not None else self.backend.peak_memory_bytes()

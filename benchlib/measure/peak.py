@@ -5,7 +5,8 @@ was measured, so that a cell's achieved FLOP/s can be set against the machine's 
 roofline, Williams et al., 2009) rather than against a datasheet.
 
 - Peak FLOP/s: `torch.mm` of two square matrices (float32, bfloat16 where the device has it, and float16 on a GPU,
-  whose tensor cores run it far above float32), 2·n³ floating-point operations per call.
+  whose tensor cores run it far above float32; on a GPU of compute capability 8.0 or later also float32 on TF32 units,
+  which `tf32` cells are set against), 2·n³ floating-point operations per call. float32's own is measured with TF32 off.
 - Bandwidth: `torch.Tensor.copy_` between two large float32 tensors, STREAM's Copy: bytes moved =
   read + write.
 
@@ -18,8 +19,10 @@ is asked for: reading and describing the file needs no framework.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
@@ -27,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from benchlib.backends import resolve_threads
-from benchlib.machine import bfloat16_here_reason, cpu_model, package_version
+from benchlib.machine import bfloat16_here_reason, cpu_model, gpu_precision_reason, package_version
+from benchlib.measure.device_state import make_monitor
 from benchlib.measure.interference import make_meter
 from benchlib.measure.timing import Measurement, TimingSpec, measure
 
@@ -43,6 +47,12 @@ REPEAT = 5  # timed GEMMs per figure
 # A copy lasts a tenth of a GEMM: more of them, so that its median spans a comparable window (~0.1-0.3 s on a CPU).
 COPY_REPEAT_FACTOR = 4
 WARMUP_MAX_SECONDS = 1.0  # bounds the warm-up of each figure, so that the whole measurement stays a few seconds
+# On a GPU: each figure's calls run this long before any is timed, so that the card is at the clock and power it holds
+# under load rather than its first seconds' burst clock; its warm-up then lasts until the clock has settled (NVML, where
+# it can be read), and each sample holds enough calls to last GPU_SAMPLE_S.
+GPU_HEAT_S = 3.0
+GPU_WARMUP_MAX_S = 10.0
+GPU_SAMPLE_S = 0.2
 MAX_INTERFERENCE = 0.05  # the kit's default max_interference: a measurement over it is disturbed
 REMEASURE = 2  # disturbed measurements taken again at most this many times, as the kit's default remeasure
 STATISTIC = (
@@ -56,13 +66,36 @@ def bfloat16_reason(device: str = "cpu", cpuinfo: Path | None = None) -> str | N
     """Why bfloat16 is not measured on `device`, or None when the device has it natively.
 
     CPU: only where oneDNN runs bfloat16 natively (`machine.bfloat16_here_reason`: elsewhere torch emulates
-    bfloat16, or refuses, and its rate would be a slow number, not a limit). GPU: `torch.cuda.is_bf16_supported()`.
+    bfloat16, or refuses, and its rate would be a slow number, not a limit). GPU: compute capability 8.0 (Ampere) or
+    later, where bfloat16 has units of its own (`gpu_precision_reason`), never torch's emulation on an older card.
     """
     if device.startswith("cuda"):
-        import torch
-
-        return None if torch.cuda.is_bf16_supported() else f"{device} has no bfloat16 support (torch.cuda.is_bf16_supported() is False)"
+        return gpu_precision_reason(device, "bfloat16")
     return bfloat16_here_reason(cpuinfo)
+
+
+TF32_CPU = "TF32 is a mode of a CUDA GPU's matrix units (Ampere and later): a CPU has none"
+
+
+def tf32_reason(device: str = "cpu") -> str | None:
+    """Why TF32 is not measured on `device`: a CPU, or a GPU before compute capability 8.0 (Ampere); None where it has TF32 units."""
+    return gpu_precision_reason(device, "tf32") if device.startswith("cuda") else TF32_CPU
+
+
+@contextlib.contextmanager
+def tf32_units(device: str, on: bool) -> Iterator[None]:
+    """float32's matrix multiplies on TF32 units (`on`) or not, on a GPU, while the context lasts; nothing on a CPU."""
+    import torch
+
+    if not device.startswith("cuda"):
+        yield
+        return
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = on
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
 
 
 def float16_reason(device: str = "cpu") -> str | None:
@@ -122,9 +155,22 @@ def _check_device(device: str) -> None:
 
 
 def _timed(call: Callable[[], Any], device: str, repeat: int) -> Measurement:
-    """The kit's measurement of `call` (one call per sample) with the device's synchronisation."""
-    spec = TimingSpec(warmup=1, warmup_max_seconds=WARMUP_MAX_SECONDS, repeat=repeat, number=1)
-    return measure(call, spec, _sync(device), clock=perf_counter)
+    """The kit's measurement of `call` with the device's synchronisation: one call per sample on the CPU; on a GPU after
+    GPU_HEAT_S of calls, a warm-up until its clock has settled, and samples of at least GPU_SAMPLE_S each."""
+    sync = _sync(device)
+    if not device.startswith("cuda"):
+        return measure(call, TimingSpec(warmup=1, warmup_max_seconds=WARMUP_MAX_SECONDS, repeat=repeat, number=1), sync, clock=perf_counter)
+    began = perf_counter()
+    calls = 0
+    while (elapsed := perf_counter() - began) < GPU_HEAT_S or calls == 0:
+        call()
+        calls += 1
+        if calls in (1, 2, 4, 8, 16) or calls % 32 == 0:  # never more than 32 calls queued ahead of the clock
+            sync()
+    sync()
+    per_call = (perf_counter() - began) / calls
+    spec = TimingSpec(warmup=1, warmup_max_seconds=GPU_WARMUP_MAX_S, repeat=repeat, number=max(1, math.ceil(GPU_SAMPLE_S / per_call)))
+    return measure(call, spec, sync, clock=perf_counter, monitor=make_monitor(device))
 
 
 BLAS = "torch.mm"
@@ -179,21 +225,28 @@ def copy_bandwidth(nbytes: int, device: str = "cpu", repeat: int = REPEAT) -> tu
     return 2 * source.numel() * 4 / measurement.median_s, list(measurement.samples_s)
 
 
-def _figures(n: int, nbytes: int, device: str, repeat: int, bfloat16: bool, float16: bool) -> dict[str, Any]:
+def _figures(n: int, nbytes: int, device: str, repeat: int, bfloat16: bool, float16: bool, tf32: bool = False) -> dict[str, Any]:
     """One measurement of the figures, with the share of the machine other processes used meanwhile."""
     import torch
 
     meter = make_meter()
     if meter is not None:
         meter.start()
-    float32, float32_samples, float32_paths = best_gemm_rate(n, torch.float32, device, repeat)
+    with tf32_units(device, False):
+        float32, float32_samples, float32_paths = best_gemm_rate(n, torch.float32, device, repeat)
     bf16, bf16_samples, bf16_paths = best_gemm_rate(n, torch.bfloat16, device, repeat) if bfloat16 else (None, [], {})
     fp16, fp16_samples, fp16_paths = best_gemm_rate(n, torch.float16, device, repeat) if float16 else (None, [], {})
+    with tf32_units(device, True):
+        on_tf32, tf32_samples, tf32_paths = best_gemm_rate(n, torch.float32, device, repeat) if tf32 else (None, [], {})
     bandwidth, copy_samples = copy_bandwidth(nbytes, device, COPY_REPEAT_FACTOR * repeat)
     return {
-        "float32_flops_per_s": float32, "bfloat16_flops_per_s": bf16, "float16_flops_per_s": fp16, "bandwidth_bytes_per_s": bandwidth,
-        "samples_s": {"float32_gemm": float32_samples, "bfloat16_gemm": bf16_samples, "float16_gemm": fp16_samples, "copy": copy_samples},
-        "gemm_paths": {"float32": float32_paths, "bfloat16": bf16_paths, "float16": fp16_paths},
+        "float32_flops_per_s": float32, "bfloat16_flops_per_s": bf16, "float16_flops_per_s": fp16, "tf32_flops_per_s": on_tf32,
+        "bandwidth_bytes_per_s": bandwidth,
+        "samples_s": {
+            "float32_gemm": float32_samples, "bfloat16_gemm": bf16_samples, "float16_gemm": fp16_samples, "tf32_gemm": tf32_samples,
+            "copy": copy_samples,
+        },
+        "gemm_paths": {"float32": float32_paths, "bfloat16": bf16_paths, "float16": fp16_paths, "tf32": tf32_paths},
         "interference": meter.stop() if meter is not None else None,
     }  # fmt: skip
 
@@ -202,7 +255,7 @@ def measure_limits(
     device: str = "cpu", num_threads: int | str | None = None, gemm_size: int | None = None,
     copy_bytes: int | None = None, repeat: int = REPEAT, remeasure: int = REMEASURE,
 ) -> dict[str, Any]:  # fmt: skip
-    """Measure the peak matrix-multiply rate (float32, bfloat16 where native, float16 on a GPU) and the memory bandwidth of `device`.
+    """Measure the peak matrix-multiply rate (float32, bfloat16 where native, float16 and TF32 on a GPU) and the memory bandwidth of `device`.
 
     `num_threads`: as the environments' (an int, "cores" or None for torch's default); torch's thread
     count is set for the measurement and restored after. `gemm_size`, `copy_bytes`: None for the
@@ -216,7 +269,7 @@ def measure_limits(
     kind = "cuda" if device.startswith("cuda") else "cpu"
     n = gemm_size or GEMM_SIZE[kind]
     nbytes = copy_bytes or default_copy_bytes(device)
-    reason, fp16_reason = bfloat16_reason(device), float16_reason(device)
+    reason, fp16_reason, no_tf32 = bfloat16_reason(device), float16_reason(device), tf32_reason(device)
     threads = resolve_threads(num_threads)
     previous = torch.get_num_threads()
     began = perf_counter()
@@ -226,7 +279,7 @@ def measure_limits(
             torch.set_num_threads(threads)
         in_effect = torch.get_num_threads()
         for attempt in range(1, remeasure + 2):
-            figures = _figures(n, nbytes, device, repeat, bfloat16=reason is None, float16=fp16_reason is None)
+            figures = _figures(n, nbytes, device, repeat, bfloat16=reason is None, float16=fp16_reason is None, tf32=no_tf32 is None)
             interference = figures["interference"]
             if kept is None or (interference is not None and interference.fraction < kept["interference"].fraction):
                 kept = figures
@@ -236,7 +289,11 @@ def measure_limits(
         torch.set_num_threads(previous)
     interference = kept["interference"]
     where = f"on {device}, {in_effect} thread{'s' if in_effect != 1 else ''}"
-    sync = "; torch.cuda.synchronize before every clock read" if kind == "cuda" else ""
+    sync = (
+        f"; torch.cuda.synchronize before every clock read; on the GPU, {GPU_HEAT_S:g} s of each figure's calls before its "
+        f"warm-up (the card's sustained clock, not its burst), a warm-up until the SM clock has settled (NVML), samples of "
+        f"at least {GPU_SAMPLE_S:g} s" if kind == "cuda" else ""
+    )
     timing = (
         f"{repeat} timed GEMMs and {COPY_REPEAT_FACTOR * repeat} timed copies, each after a warm-up until stable "
         f"(benchlib.measure.timing.measure){sync}; FLOP/s or bytes/s over the "
@@ -261,12 +318,15 @@ def measure_limits(
         "bfloat16_reason": reason,
         "float16_flops_per_s": kept["float16_flops_per_s"],
         "float16_reason": fp16_reason,
+        "tf32_flops_per_s": kept["tf32_flops_per_s"],
+        "tf32_reason": no_tf32,
         "bandwidth_bytes_per_s": kept["bandwidth_bytes_per_s"],
         "gemm_paths": kept["gemm_paths"],
         "gemm_size": n,
         "copy_bytes": nbytes,
         "method": {
-            "float32_flops_per_s": f"{gemm} (float32 matmul precision: {torch.get_float32_matmul_precision()})",
+            "float32_flops_per_s": f"{gemm} (TF32 off: float32's own units)" if kind == "cuda" else gemm,
+            "tf32_flops_per_s": f"{gemm} in float32 on TF32 units (torch.backends.cuda.matmul.allow_tf32 = True)" if no_tf32 is None else f"not measured: {no_tf32}",
             "bfloat16_flops_per_s": f"{gemm} in bfloat16" if reason is None else f"not measured: {reason}",
             "float16_flops_per_s": fp16_reason or (
                 f"{gemm} in float16 (reduced-precision reductions allowed: {torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction})"
@@ -290,11 +350,12 @@ def limits_table(limits: dict[str, Any]) -> pd.DataFrame:
     """One row per figure (value, unit, how it was measured), with the ridge point float32 FLOP per byte; a peak not
     measured is blank (float16 on a CPU, or in a file from before it was measured)."""
     float32, bfloat16, bandwidth = limits["float32_flops_per_s"], limits["bfloat16_flops_per_s"], limits["bandwidth_bytes_per_s"]
-    float16, method = limits.get("float16_flops_per_s"), limits["method"]
+    float16, tf32, method = limits.get("float16_flops_per_s"), limits.get("tf32_flops_per_s"), limits["method"]
     rows = [
         ("peak float32 matrix multiply", float32 / 1e9, "GFLOP/s", method["float32_flops_per_s"]),
         ("peak bfloat16 matrix multiply", None if bfloat16 is None else bfloat16 / 1e9, "GFLOP/s", method["bfloat16_flops_per_s"]),
         ("peak float16 matrix multiply", None if float16 is None else float16 / 1e9, "GFLOP/s", method.get("float16_flops_per_s", "not measured")),
+        ("peak TF32 matrix multiply", None if tf32 is None else tf32 / 1e9, "GFLOP/s", method.get("tf32_flops_per_s", "not measured")),
         ("memory bandwidth", bandwidth / 1e9, "GB/s", method["bandwidth_bytes_per_s"]),
         ("ridge point (float32 peak / bandwidth)", float32 / bandwidth, "FLOP/byte", "derived"),
     ]
@@ -323,6 +384,8 @@ def describe_limits(limits: dict[str, Any]) -> list[str]:
         sentences.append(f"Peak bfloat16 matrix multiply: {bfloat16 / 1e9:.1f} GFLOP/s, {bfloat16 / float32:.2f} x float32.")
     if (float16 := limits.get("float16_flops_per_s")) is not None:
         sentences.append(f"Peak float16 matrix multiply: {float16 / 1e9:.1f} GFLOP/s, {float16 / float32:.2f} x float32.")
+    if (tf32 := limits.get("tf32_flops_per_s")) is not None:
+        sentences.append(f"Peak TF32 matrix multiply (float32 on TF32 units): {tf32 / 1e9:.1f} GFLOP/s, {tf32 / float32:.2f} x float32.")
     sentences.append(
         f"Memory bandwidth: {bandwidth / 1e9:.1f} GB/s (copy of {limits['copy_bytes'] / MIB:.0f} MiB, read + write counted)."
     )

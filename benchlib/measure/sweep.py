@@ -73,7 +73,7 @@ def measure_cell(
     try:
         with backend.inference_context(), peak:
             ids = cell_inputs(spec, params.model_scale, params.inputs, params.text_file, batch_size, sequence_length, params.seed)
-            measurement, (state, reason), columns = timed(backend, model, spec, params, backend.as_inputs(ids.ids), meter, monitor)
+            measurement, (state, reason), columns = timed(backend, model, spec, params, backend.as_inputs(ids.ids), meter, monitor, peak)
         measurement = dataclasses.replace(measurement, peak_memory_bytes=peak.bytes)
     except Exception as exc:  # any failure ends this cell only
         raise_if_interrupted(exc)
@@ -83,12 +83,12 @@ def measure_cell(
 
 def _forward_cell(
     backend: Backend, model: Any, spec: ModelSpec, params: BenchmarkParams, inputs: Any, meter: InterferenceMeter | None,
-    monitor: DeviceMonitor | None = None,
+    monitor: DeviceMonitor | None = None, memory: CellPeakMemory | None = None,
 ) -> tuple[Measurement, tuple[str, str], dict[str, Any]]:  # fmt: skip
     """One forward pass timed, and its output compared: (measurement, (status, reason), agreement columns, and on a GPU
     the busy share of one profiled call after the samples: `launch_busy_columns`)."""
     call, prepare_s, first_call_s = prepare_and_call_once(lambda: forward.prepare_call(backend, model, inputs), backend.sync)
-    measurement = measure(call, timing_spec(params), backend.sync, first_call_s=first_call_s, prepare_s=prepare_s, meter=meter, monitor=monitor)
+    measurement = measure(call, timing_spec(params), backend.sync, first_call_s=first_call_s, prepare_s=prepare_s, meter=meter, monitor=monitor, memory=memory)
     busy = launch_busy_columns(backend.device_busy_s(call), measurement.median_s)
     compared = forward.compare(backend, model, inputs, call(), spec.task)
     if compared is None:
@@ -112,7 +112,7 @@ def launch_busy_columns(busy_s: float | None, call_s: float) -> dict[str, Any]:
 
 def _generate_cell(
     backend: Backend, model: Any, spec: ModelSpec, params: BenchmarkParams, inputs: Any, meter: InterferenceMeter | None,
-    monitor: DeviceMonitor | None = None,
+    monitor: DeviceMonitor | None = None, memory: CellPeakMemory | None = None,
 ) -> tuple[GenerationMeasurement, tuple[str, str], dict[str, Any]]:  # fmt: skip
     """Generation from the prompt `inputs` timed, and its first call's tokens compared: (measurement, (status, reason), {})."""
     start = time.perf_counter()
@@ -127,7 +127,7 @@ def _generate_cell(
     batch_size = int(ids.shape[0])
     measurement = measure_generation(
         generator, params.new_tokens, batch_size, timing_spec(params), backend.sync, meter=meter, first_call_s=first_call_s,
-        prepare_s=prepared - start, monitor=monitor,
+        prepare_s=prepared - start, monitor=monitor, memory=memory,
     )  # fmt: skip
     compared = generate.compare_tokens(backend, model, inputs, ids)
     if compared is not None:

@@ -1,5 +1,5 @@
 """Framework-neutral timing: preparation and a first call, warm-up until stable (on a GPU, until its clock is at its
-sustained value too), then samples of `number` calls each, with the device's state read between them.
+steady value too), then samples of `number` calls each, with the device's state read between them.
 
 Modelled on `torch.utils.benchmark`: a frozen `TimingSpec` says what is timed, a
 `Measurement` keeps the raw per-call sample times and derives statistics from them.
@@ -23,6 +23,7 @@ from typing import Any
 from benchlib.measure import stats
 from benchlib.measure.device_state import DeviceMonitor, DeviceState
 from benchlib.measure.interference import Interference, InterferenceMeter
+from benchlib.measure.memory import CellPeakMemory
 
 Clock = Callable[[], float]
 Sync = Callable[[Any], None]
@@ -187,7 +188,7 @@ def warm_up(
     First `spec.warmup` calls (none at all when it is 0). Then batches, each of enough calls to
     last `WARMUP_BATCH_SECONDS` at the latest per-call time, until the median call of one batch is
     within `WARMUP_TOLERANCE` of the median call of the batch before it (the first batch is compared
-    with the last of the `warmup` calls) and `steady()` says the device runs at its sustained clock (a GPU idles at a
+    with the last of the `warmup` calls) and `steady()` says the device's clock has settled (a GPU idles at a
     fraction of it and takes calls to climb), or `spec.warmup_max_seconds` have been spent since the
     warm-up began. This lets TorchScript's profiling executor, XLA and autotuning settle before
     samples are taken. Each call is timed on its own, so that the median ignores a stray slow call.
@@ -258,11 +259,13 @@ class Sampled:
 
 def sampled(
     take: Callable[[], float], warm_call: Callable[[], Any], spec: TimingSpec, sync: Sync = no_sync, clock: Clock = time.perf_counter,
-    meter: InterferenceMeter | None = None, monitor: DeviceMonitor | None = None,
+    meter: InterferenceMeter | None = None, monitor: DeviceMonitor | None = None, memory: CellPeakMemory | None = None,
 ) -> Sampled:  # fmt: skip
     """The protocol every workload's cell is timed with: `meter` started, `warm_call` warmed up until stable (`warm_up`,
-    and until `monitor`'s device is at its sustained clock), `monitor` begun, samples from `take` with garbage collection
-    off (`take_samples`) and the device read after each, `monitor` ended, `meter` read."""
+    and until `monitor`'s device's clock has settled), `monitor` begun, samples from `take` with garbage collection
+    off (`take_samples`) and the device read after each, `monitor` ended, the energy of a window of `warm_call`s of its
+    own where the monitor's counter needs one (`DeviceMonitor.energy_over`), `meter` read. `memory`'s window is the
+    samples' (a GPU's peak memory over the timed calls alone)."""
     if meter is not None:
         meter.start()
     warmup_calls, warmup_s, warmup_stop = warm_up(warm_call, spec, sync, clock, monitor.steady if monitor is not None else None)
@@ -277,8 +280,14 @@ def sampled(
                 monitor.read()  # after the sample's clock read: outside every timed interval
                 return per_call
 
+        if memory is not None:
+            memory.begin()
         samples, reason = take_samples(take_and_read if monitor is not None else take, spec, clock)
+        if memory is not None:
+            memory.end()
         device = monitor.end() if monitor is not None else None
+        if monitor is not None and device is not None and samples and (energy := monitor.energy_over(warm_call, sync, statistics.median(samples))):
+            device = dataclasses.replace(device, energy_j=energy[0], energy_calls=energy[1], energy_source=monitor.source)
         interference = meter.stop() if meter is not None else None
         if interference is not None and device is not None:  # a slowed device disturbs the cell as other work does
             interference = dataclasses.replace(interference, device=device)
@@ -297,6 +306,7 @@ def measure(
     prepare_s: float | None = None,
     meter: InterferenceMeter | None = None,
     monitor: DeviceMonitor | None = None,
+    memory: CellPeakMemory | None = None,
 ) -> Measurement:
     """Time `call`: warm-up until stable (`warm_up`), then samples of `spec.number` back-to-back calls.
 
@@ -306,9 +316,9 @@ def measure(
     collection is off while samples are taken. `meter` (if any) reads the machine's counters
     before the warm-up and after the last sample: the cell's calls in steady state, a window
     long enough for the counters' clock ticks even when the samples alone are a few milliseconds. `monitor` (if any)
-    reads the device over the samples alone (`sampled`).
+    reads the device over the samples alone (`sampled`), and `memory` (if any) a GPU's peak memory.
     """
-    taken = sampled(lambda: _sample(call, spec.number, sync, clock)[0], call, spec, sync, clock, meter, monitor)
+    taken = sampled(lambda: _sample(call, spec.number, sync, clock)[0], call, spec, sync, clock, meter, monitor, memory)
     return Measurement(
         samples_s=tuple(taken.samples), number=spec.number, first_call_s=first_call_s, stop_reason=taken.reason,
         prepare_s=prepare_s, warmup_calls=taken.warmup_calls, interference=taken.interference, warmup_s=taken.warmup_s,

@@ -94,7 +94,7 @@ COLUMNS: dict[str, str] = {
     "intensity": "FLOPs per byte.",
     "achieved_flops_per_s": "FLOPs over time.",
     "fraction_of_peak": "Achieved FLOP/s over the machine's measured peak of the cell's own precision (`peak`); blank where none is measured, or where the cell ran above it: no share above 1 is shown.",
-    "peak": "The peak the share is against: the cell's precision's (`float32`, `bfloat16`, `float16`), measured on the machine; `none measured for int8` (or another precision without one); `float32 (exceeded)` where the cell ran above it (the peak is not the one it ran at, e.g. int8 or TF32 matrix units).",
+    "peak": "The peak the share is against: the cell's precision's (`float32`, `bfloat16`, `float16`, or `tf32` for a float32 cell on TF32 units: `tf32: true`, TensorRT's engines), measured on the machine; `none measured for int8` (or another precision without one); `float32 (exceeded)` where the cell ran above it (the peak is not the one it ran at, e.g. int8 or TF32 matrix units).",
     "gpu_busy": "The share of one call's wall time during which the GPU ran kernels (from the profiler); blank on a CPU or where not profiled.",
     "bound": "What bounds the cell: `compute` or `memory` (above or below its precision's ridge point: peak over bandwidth; blank without a peak), or `launch` on a GPU busy less than half the call: the GPU waits for the Python that launches its kernels.",
     "options": "The backend options that differ from its defaults, as JSON (blank: its defaults).",

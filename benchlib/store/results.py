@@ -38,7 +38,7 @@ COLUMNS: tuple[str, ...] = (
     "quality_ratio_low", "quality_ratio_high", "quality_target", "quality_verdict", "quality_n", "quality_truncated", "quality_f1",
     "quality_s", "quality_reason", "served_quality_value", "accuracy_log",
     # The warm-up (seconds, why it stopped) and the device over the samples (measure.device_state): a GPU's SM clock,
-    # power, temperature, memory and throttle reasons (`slowed`: why it could not hold its sustained clock), the energy
+    # power, temperature, memory and throttle reasons (`slowed`: why it could not hold its steady clock), the energy
     # per call, generated token or served sample from the machine's counter, and the GPU's busy share of one call.
     "warmup_s", "warmup_stop", "gpu_clock_mhz", "gpu_clock_min_mhz", "gpu_sustained_mhz", "gpu_power_w", "gpu_temperature_c",
     "gpu_memory_bytes", "gpu_throttle", "slowed", "energy_j", "energy_unit", "energy_source", "gpu_busy_s", "gpu_busy", "launch_bound",

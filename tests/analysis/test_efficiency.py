@@ -90,6 +90,20 @@ def test_each_cell_is_set_against_its_own_precisions_peak():
     assert [line.get_ydata().max() for line in gpu_panel.lines[:3]] == pytest.approx([50e12, 400e12, 200e12])
 
 
+def test_a_tf32_cell_is_set_against_the_tf32_peak_and_half_precision_moves_two_bytes_an_element():
+    limits = {("run", "cuda"): {**GPU, "tf32_flops_per_s": 150e12}}
+    rows = pd.DataFrame([
+        gpu_row("gpu-pytorch", "bert-base-cased", 8, 512, 0.01, 7.731e11),  # 77 TFLOP/s: above float32's peak, as float32 never runs
+        gpu_row("gpu-pytorch-tf32", "bert-base-cased", 8, 512, 0.01, 7.731e11, options='{"tf32": true}'),
+        gpu_row("gpu-onnxruntime-tensorrt", "bert-base-cased", 8, 512, 0.01, 7.731e11, framework="onnxruntime", options='{"gpu_provider": "tensorrt"}'),
+        gpu_row("gpu-pytorch-fp16", "bert-base-cased", 8, 512, 0.01, 7.731e11, precision="float16"),
+    ])  # fmt: skip
+    cells = efficiency.efficiency(rows, limits).set_index("environment")
+    assert cells["peak"].tolist() == ["float32 (exceeded)", "tf32", "tf32", "float16"]
+    assert cells.loc["gpu-pytorch-tf32", "fraction_of_peak"] == pytest.approx(7.731e11 / 0.01 / 150e12)
+    assert cells.loc["gpu-pytorch-fp16", "cell_bytes"] == pytest.approx(cells.loc["gpu-pytorch", "cell_bytes"] / 2, rel=1e-3)
+
+
 def test_an_int8_cell_has_no_share_and_says_why():
     rows = pd.DataFrame([
         row("cpu-pytorch", "bert-base-cased", 1, 8, 0.05, 1.3624934e9),

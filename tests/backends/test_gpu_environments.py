@@ -76,6 +76,47 @@ def test_onnx_runtime_without_its_gpu_build_is_unsupported_with_the_pip_line() -
     assert load_backend("onnxruntime", "session").unsupported() is None  # on the CPU, as before
 
 
+def test_an_onnx_runtime_session_that_fell_back_to_another_provider_is_unsupported_naming_both(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ONNX Runtime's GPU build lists CUDA's provider whether or not CUDA's libraries load (faked: this machine has the
+    CPU build); the session, real, asked for CUDA first, runs on the CPU provider, as one whose CUDA failed to load."""
+    ort = pytest.importorskip("onnxruntime", reason="ONNX Runtime is the onnxruntime extra")
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"])
+    rows = run_environment(dict(
+        environment="gpu-onnxruntime", framework="onnxruntime", mode="session", device="cuda", models=["bert-base-cased"], model_scale="tiny",
+        batch_sizes=[1], sequence_lengths=[8], repeat=3, number=1, output_dir=str(tmp_path / "fell-back"),
+    ), progress=False)  # fmt: skip
+    assert rows["status"].tolist() == ["unsupported"]
+    assert rows["reason"].iloc[0] == (
+        "building the model: ONNX Runtime's session runs on CPUExecutionProvider, not on CUDAExecutionProvider as asked: CUDAExecutionProvider did not load "
+        "here (its CUDA, cuDNN or TensorRT libraries); ONNX Runtime fell back to CPUExecutionProvider"
+    )
+
+
+def test_float32_on_onnx_runtimes_cuda_provider_is_float32_never_tf32() -> None:
+    pytest.importorskip("onnxruntime", reason="ONNX Runtime is the onnxruntime extra")
+    assert load_backend("onnxruntime", "session", device="cuda:1").providers == [
+        ("CUDAExecutionProvider", {"device_id": 1, "use_tf32": 0}), "CPUExecutionProvider",
+    ]  # fmt: skip
+    tensorrt = load_backend("onnxruntime", "session", device="cuda", options={"gpu_provider": "tensorrt"}).providers
+    assert tensorrt[:2] == [("TensorrtExecutionProvider", {"device_id": 0}), ("CUDAExecutionProvider", {"device_id": 0, "use_tf32": 0})]
+
+
+@pytest.mark.e2e
+def test_float32_on_tensorflow_is_float32_never_tf32() -> None:
+    """TensorFlow runs float32 on TF32 units by default (Ampere and later): the backend turns that off, and says so."""
+    pytest.importorskip("tensorflow", reason="TensorFlow is the tensorflow extra")
+    from tests.frameworks import run_python
+
+    settings = run_python("""
+        import json
+        import tensorflow as tf
+        default = tf.config.experimental.tensor_float_32_execution_enabled()
+        from benchlib.backends import load_backend
+        print(json.dumps({"default": default, **load_backend("tensorflow", "function").settings()}))
+    """)  # fmt: skip
+    assert settings["default"] is True and settings["tensor_float_32"] is False
+
+
 def test_the_gpu_set_holds_the_gpu_environments_whose_packages_are_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     gpu = jobs.environment_sets()["gpu"]
     assert {"gpu-pytorch", "gpu-pytorch-bf16", "gpu-torch-compile-cudagraphs"} <= set(gpu) and all(name.startswith("gpu-") for name in gpu)
@@ -107,6 +148,27 @@ def test_the_default_job_is_the_gpu_set_where_nvidia_smi_finds_a_gpu(run_cli, tm
     assert jobs.default_environments() == (jobs.DEFAULT_ENVIRONMENTS, None)
 
 
+def test_make_test_gpu_stops_in_one_line_where_nvidia_smi_finds_a_gpu_that_pytorch_cannot_use(tmp_path: Path) -> None:
+    """This machine's PyTorch is a CPU build; nvidia-smi is faked (an H200). Where nvidia-smi finds none, the GPU tests
+    are skipped with the reason and nothing stops."""
+    import subprocess
+    import sys
+
+    import torch
+
+    from benchlib.paths import PROJECT_ROOT
+
+    preflight = [sys.executable, str(PROJECT_ROOT / "tests" / "gpu" / "preflight.py")]
+    done = subprocess.run(preflight, env=fake_nvidia_smi(tmp_path / "bin"), capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip() == (
+        f"make test-gpu: nvidia-smi finds NVIDIA H200 (driver 580.159.04) and PyTorch {torch.__version__}, a CPU build, cannot use it: "
+        "install PyTorch's CUDA build that matches the driver (https://pytorch.org/get-started/locally/)"
+    )
+    no_gpu = {**os.environ, "PATH": str(tmp_path / "empty")}
+    assert subprocess.run(preflight, env=no_gpu, capture_output=True, text=True, timeout=300, check=False).returncode == 0
+
+
 @pytest.mark.parametrize(("kernel", "expected"), [("math", "ok"), ("efficient", "unsupported")])
 def test_an_attention_kernel_that_cannot_run_a_cell_makes_it_unsupported_with_pytorchs_reason(kernel: str, expected: str, tmp_path: Path) -> None:
     """On this CPU for real: PyTorch's CPU has the math and flash kernels of scaled_dot_product_attention, not the
@@ -120,8 +182,49 @@ def test_an_attention_kernel_that_cannot_run_a_cell_makes_it_unsupported_with_py
         assert rows["reason"].iloc[0].startswith(f"sdpa_kernel {kernel} cannot run this cell: No viable backend for scaled_dot_product_attention")
 
 
+def test_the_attention_kernel_holds_the_models_calls_only_never_the_reference_nor_the_process() -> None:
+    """On this CPU for real: `efficient` has no CPU kernel. The model's calls are held to it while a cell lasts; the
+    float32 reference (on the CPU beside a half-precision model on a GPU) runs with PyTorch's own choice, and neither
+    building the backend nor a cell leaves the process restricted for the environments after it."""
+    import torch
+
+    from benchlib.backends.pytorch import Built
+    from benchlib.config.catalogue import get_model
+
+    backend = load_backend("pytorch", "eager", options={"sdpa_kernel": "efficient"})
+    assert torch.backends.cuda.math_sdp_enabled() and torch.backends.cuda.flash_sdp_enabled()  # building it restricts nothing
+    model = backend.build(get_model("bert-base-cased"), "tiny").model
+    inputs = torch.ones(1, 8, dtype=torch.long)
+    with backend.inference_context():
+        assert not torch.backends.cuda.math_sdp_enabled()
+        with pytest.raises(RuntimeError, match="No viable backend"):
+            model(inputs)
+        assert backend.reference_output(Built(model, reference=model), inputs).shape == (1, 8, 32)
+    assert torch.backends.cuda.math_sdp_enabled() and torch.backends.cuda.flash_sdp_enabled()
+
+
 def test_tf32_on_a_cpu_is_unsupported_with_the_reason() -> None:
     assert load_backend("pytorch", "eager", options={"tf32": True}).unsupported() == "tf32 is a mode of a CUDA GPU's matrix units (Ampere and later): a CPU has none"
+
+
+def test_bfloat16_and_tf32_are_unsupported_on_a_gpu_before_compute_capability_8(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A T4 (7.5), as CUDA would describe it (faked: this machine has none); torch.cuda.is_bf16_supported() counts emulation."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
+    why = ": torch would emulate it or ignore it, and its number would not be the card's"
+    assert load_backend("pytorch", "eager", device="cuda", precision="bfloat16").unsupported() == (
+        f"cuda has no bfloat16 units (compute capability 7.5; they came with 8.0, Ampere){why}"
+    )
+    assert load_backend("pytorch", "eager", device="cuda", options={"tf32": True}).unsupported() == (
+        f"cuda has no tf32 units (compute capability 7.5; they came with 8.0, Ampere){why}"
+    )
+    assert load_backend("pytorch", "eager", device="cuda", precision="float16").unsupported() is None
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))  # an H100
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
+    assert load_backend("pytorch", "eager", device="cuda", precision="bfloat16", options={"tf32": True}).unsupported() is None
 
 
 def test_the_gpu_environments_are_in_the_sets_and_every_one_has_its_file() -> None:

@@ -63,6 +63,44 @@ def test_each_serving_stream_runs_in_a_thread_and_cuda_stream_of_its_own(monkeyp
     assert not any(worker.is_alive() for worker in ended)  # the thread ends with its call
 
 
+def test_a_call_captured_in_cuda_graphs_is_recorded_before_timing_and_never_shared_by_streams(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CUDA's streams and a GPU faked (what this machine lacks); the backend's own serving call, not compiled here."""
+    from benchlib.backends import load_backend
+    from benchlib.backends import pytorch as pytorch_backend
+    from benchlib.backends.pytorch import Built
+    from benchlib.status import Unsupported
+
+    streams: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device=None: "a stream")
+    def on_own_stream(call: Any, examples: list[Any], stream: Any, runs: int = 1) -> Any:
+        streams.append((len(examples), runs))
+        return lambda x: call(x)  # a call of the stream's own, as the real one (held while the stream serves)
+
+    monkeypatch.setattr(pytorch_backend, "on_own_stream", on_own_stream)
+    examples = [torch.ones(1, 8, dtype=torch.long), torch.ones(2, 16, dtype=torch.long)]
+    built = Built(torch.nn.Identity(), None)
+    graphs = load_backend("pytorch", "compile", device="cuda", options={"compile_mode": "reduce-overhead"})
+    graphs.server_call(built, examples)  # a call scored and dropped (the user's examples' quality)
+    first = graphs.server_call(built, examples)
+    assert streams == [(2, 3), (2, 3)]  # every shape run three times in the stream's thread: recorded, then replayed once
+    with pytest.raises(Unsupported, match=r"^compile_mode reduce-overhead captures CUDA graphs, which several streams would share: "):
+        graphs.server_call(built, examples)  # a second stream beside the first
+    del first
+    eager = load_backend("pytorch", "eager", device="cuda")
+    eager.server_call(built, examples)
+    eager.server_call(built, examples)
+    assert streams[2:] == [(2, 1), (2, 1)]  # eager streams share the model: nothing is captured
+
+
+def test_a_stream_runs_each_shape_as_many_times_as_asked_before_it_serves(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(torch.cuda, "set_stream", lambda stream: None)
+    monkeypatch.setattr(torch.cuda, "default_stream", lambda device=None: "the default stream")
+    on_own_stream(calls.append, [1, 2], FakeStream([]), runs=3)
+    assert calls == [1, 2, 1, 2, 1, 2]
+
+
 def gpu_tune(**values: object) -> Any:
     return validate_params({
         "environment": "gpu-x", "framework": "pytorch", "device": "cuda", "models": ["bert-base-cased"], "request_lengths": [8],

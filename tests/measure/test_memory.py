@@ -10,6 +10,7 @@ import torch
 from benchlib import run_environment
 from benchlib.backends.pytorch import PyTorchBackend
 from benchlib.measure.memory import CellPeakMemory, PeakRSS, clear_refs_available
+from benchlib.measure.timing import TimingSpec, measure
 from tests.frameworks import run_python
 
 MIB = 2**20
@@ -88,6 +89,33 @@ def test_cuda_peak_uses_pytorch_counters_reset_before_the_cell(monkeypatch):
     with CellPeakMemory(backend) as peak:
         assert calls == [("reset", "cuda:1")]
     assert calls == [("reset", "cuda:1"), ("peak", "cuda:1")] and peak.bytes == 7 * MIB
+
+
+def test_a_gpu_cells_peak_is_its_timed_calls_alone(monkeypatch):
+    """PyTorch's counters of a GPU (faked: what this machine lacks): preparation's transient memory (autotuning's
+    workspaces) and a float32 reference on the same GPU after the samples are not the cell's peak."""
+    memory = {"current": 100 * MIB, "peak": 100 * MIB}
+
+    def allocate(nbytes: int) -> None:  # freed again at once: a transient on top of what is held
+        memory["peak"] = max(memory["peak"], memory["current"] + nbytes)
+
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: memory.update(peak=memory["current"]))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: memory["peak"])
+    with CellPeakMemory(PyTorchBackend(mode="eager", device="cuda")) as peak:
+        allocate(900 * MIB)  # preparing
+        measurement = measure(lambda: allocate(10 * MIB), TimingSpec(warmup=0, repeat=3, number=2), memory=peak)
+        allocate(500 * MIB)  # the reference
+    assert peak.bytes == 110 * MIB and measurement.calls == 6
+
+
+def test_a_backend_without_a_gpu_counter_leaves_the_peak_blank_never_zero():
+    pytest.importorskip("onnxruntime", reason="ONNX Runtime is the onnxruntime extra")
+    from benchlib.backends import load_backend
+
+    with CellPeakMemory(load_backend("onnxruntime", "session", device="cuda")) as peak:
+        pass
+    assert peak.bytes is None
 
 
 @pytest.mark.e2e

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import time
 from pathlib import Path
 
 import nbformat
@@ -65,7 +66,8 @@ def test_real_limits_on_this_cpu_with_small_sizes_and_threads_restored(monkeypat
     assert AVX2_ONLY_REASON.startswith("this CPU has no bfloat16 instructions (avx512_bf16 or amx_bf16, or avx_ne_convert)")
     assert limits["gemm_size"] == 256 and limits["copy_bytes"] == 16 * MIB
     assert limits["cpu"] and limits["measured_at"] and 0 < limits["seconds"] < 30
-    assert set(limits["method"]) == {"float32_flops_per_s", "bfloat16_flops_per_s", "float16_flops_per_s", "bandwidth_bytes_per_s", "timing"}
+    assert set(limits["method"]) == {"float32_flops_per_s", "bfloat16_flops_per_s", "float16_flops_per_s", "tf32_flops_per_s", "bandwidth_bytes_per_s", "timing"}
+    assert limits["tf32_flops_per_s"] is None and limits["tf32_reason"] == "TF32 is a mode of a CUDA GPU's matrix units (Ampere and later): a CPU has none"
     assert "1 thread" in limits["method"]["float32_flops_per_s"] and "median" in limits["method"]["timing"]
     assert limits["method"]["bfloat16_flops_per_s"] == f"not measured: {AVX2_ONLY_REASON}"
     assert len(limits["samples_s"]["float32_gemm"]) == 3 and len(limits["samples_s"]["copy"]) == 12  # 4 copies per GEMM
@@ -84,10 +86,11 @@ def test_real_limits_on_this_cpu_with_small_sizes_and_threads_restored(monkeypat
 def test_a_disturbed_measurement_is_taken_again_and_the_least_disturbed_kept(monkeypatch, fractions, kept, attempts):
     taken = iter(fractions)
 
-    def figures(n, nbytes, device, repeat, bfloat16, float16):
+    def figures(n, nbytes, device, repeat, bfloat16, float16, tf32):
         fraction = next(taken)
         return {
-            "float32_flops_per_s": 1e11 * (1 - fraction), "bfloat16_flops_per_s": None, "float16_flops_per_s": None, "bandwidth_bytes_per_s": 1e10,
+            "float32_flops_per_s": 1e11 * (1 - fraction), "bfloat16_flops_per_s": None, "float16_flops_per_s": None, "tf32_flops_per_s": None,
+            "bandwidth_bytes_per_s": 1e10,
             "samples_s": {"float32_gemm": [fraction]}, "interference": Interference(fraction, resolution=0.001, window_s=1.0),
             "gemm_paths": {"float32": {"torch.mm": 1e11 * (1 - fraction)}, "bfloat16": {}},
         }  # fmt: skip
@@ -154,10 +157,43 @@ def test_bfloat16_rule_on_cpu_flags(tmp_path, flags, reason):
     assert machine.bfloat16_cpu_reason(set(flags.split())) == reason
 
 
+def test_a_gpus_peak_is_its_sustained_rate_not_its_burst(monkeypatch):
+    """A faked GPU (its tensors on the CPU): each figure's calls run GPU_HEAT_S before any is timed, the warm-up waits
+    for the device's clock (its monitor), and each sample holds enough calls to last GPU_SAMPLE_S."""
+    fake_gpu(monkeypatch)
+    monkeypatch.setattr(machine_limits, "GPU_HEAT_S", 0.3)
+    monkeypatch.setattr(machine_limits, "GPU_SAMPLE_S", 0.05)
+    seen = []
+    real_measure = machine_limits.measure
+
+    def logged_measure(call, spec, sync, **options):
+        seen.append((spec, options.get("monitor")))
+        return real_measure(call, spec, sync, **options)
+
+    monkeypatch.setattr(machine_limits, "measure", logged_measure)
+    began = time.perf_counter()
+    machine_limits.gemm_rate(64, torch.float32, "cuda", repeat=3)
+    spec, monitor = seen[0]
+    assert time.perf_counter() - began >= 0.3 + 3 * 0.05  # heated, then three samples of 50 ms at least
+    assert spec.number > 1 and spec.warmup_max_seconds == machine_limits.GPU_WARMUP_MAX_S and monitor is not None
+
+
+def test_bfloat16_and_tf32_are_not_measured_before_compute_capability_8(monkeypatch):
+    """A V100 (7.0): torch.cuda.is_bf16_supported() says True there (emulation counts); neither has units of its own."""
+    fake_gpu(monkeypatch, capability=(7, 0))
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
+    assert machine_limits.bfloat16_reason("cuda") == "cuda has no bfloat16 units (compute capability 7.0; they came with 8.0, Ampere)"
+    assert machine_limits.tf32_reason("cuda:0") == "cuda:0 has no tf32 units (compute capability 7.0; they came with 8.0, Ampere)"
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
+    assert machine_limits.bfloat16_reason("cuda") is None and machine_limits.tf32_reason("cuda") is None
+
+
 def test_bfloat16_rule_without_cpuinfo_and_on_a_gpu(tmp_path, monkeypatch):
     assert "no /proc/cpuinfo" in machine_limits.bfloat16_reason("cpu", tmp_path / "missing")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: False)
-    assert machine_limits.bfloat16_reason("cuda") == "cuda has no bfloat16 support (torch.cuda.is_bf16_supported() is False)"
+    assert machine_limits.bfloat16_reason("cuda") == "cuda has no bfloat16 units (compute capability 9.0; they came with 8.0, Ampere)"
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
     assert machine_limits.bfloat16_reason("cuda:1") is None
 
@@ -200,8 +236,9 @@ def test_write_and_read_round_trip_per_device(tmp_path):
 def test_table_and_sentences(tmp_path):
     limits = limits_for("cpu", 1e11)  # a file from before float16 was measured: no float16 keys
     table = machine_limits.limits_table(limits)
-    assert table.value.tolist()[::3] == pytest.approx([100.0, 10.0]) and table.value.isna().tolist() == [False, True, True, False, False]
-    assert table.value.iloc[3] == pytest.approx(10.0) and table.unit.tolist() == ["GFLOP/s", "GFLOP/s", "GFLOP/s", "GB/s", "FLOP/byte"]
+    assert table.value.tolist()[::4] == pytest.approx([100.0, 10.0]) and table.value.isna().tolist() == [False, True, True, True, False, False]
+    assert table.value.iloc[5] == pytest.approx(10.0) and table.unit.tolist() == ["GFLOP/s", "GFLOP/s", "GFLOP/s", "GFLOP/s", "GB/s", "FLOP/byte"]
+    assert table.set_index("figure").loc["peak TF32 matrix multiply", "how"] == "not measured"
     assert table.set_index("figure").loc["peak float16 matrix multiply", "how"] == "not measured"
     sentences = machine_limits.describe_limits(limits)
     assert sentences[0].startswith("Peak float32 matrix multiply on Fake CPU (cpu, 2 threads): 100.0 GFLOP/s")
@@ -219,8 +256,10 @@ def test_a_gpu_that_torch_does_not_see_is_refused(monkeypatch):
         machine_limits.measure_limits("tpu")
 
 
-def fake_gpu(monkeypatch, synchronize=lambda device=None: None) -> None:
-    """A GPU that torch sees, with bfloat16, whose tensors lie on the CPU."""
+def fake_gpu(monkeypatch, synchronize=lambda device=None: None, capability: tuple[int, int] = (9, 0)) -> None:
+    """A GPU that torch sees, with bfloat16 (an H100's compute capability unless told), whose tensors lie on the CPU."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(machine_limits, "GPU_HEAT_S", 0.01)  # a real card's seconds of heating are not this test's
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
@@ -264,10 +303,22 @@ def test_float16_is_multiplied_on_a_gpu_and_kept_beside_float32_and_bfloat16(mon
     fake_gpu(monkeypatch)
     dtypes = []
     real_best = machine_limits.best_gemm_rate
-    monkeypatch.setattr(machine_limits, "best_gemm_rate", lambda n, dtype, *args: dtypes.append(dtype) or real_best(n, dtype, *args))
-    limits = machine_limits.measure_limits("cuda", num_threads=1, gemm_size=64, copy_bytes=MIB, repeat=3, remeasure=0)  # one attempt, however busy the machine
 
-    assert dtypes == [torch.float32, torch.bfloat16, torch.float16]
+    def logged(n, dtype, *args):
+        dtypes.append((dtype, torch.backends.cuda.matmul.allow_tf32))
+        return real_best(n, dtype, *args)
+
+    monkeypatch.setattr(machine_limits, "best_gemm_rate", logged)
+    torch.backends.cuda.matmul.allow_tf32 = True  # as a process's setting may be: float32's own peak is measured without
+    try:
+        limits = machine_limits.measure_limits("cuda", num_threads=1, gemm_size=64, copy_bytes=MIB, repeat=3, remeasure=0)  # one attempt
+        assert torch.backends.cuda.matmul.allow_tf32  # restored
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = False
+
+    assert dtypes == [(torch.float32, False), (torch.bfloat16, True), (torch.float16, True), (torch.float32, True)]  # the last: TF32's
+    assert limits["tf32_flops_per_s"] > 0 and limits["tf32_reason"] is None and len(limits["samples_s"]["tf32_gemm"]) == 3
+    assert "TF32 off" in limits["method"]["float32_flops_per_s"] and "on TF32 units" in limits["method"]["tf32_flops_per_s"]
     samples = limits["samples_s"]["float16_gemm"]
     assert len(samples) == 3 and limits["float16_reason"] is None
     assert limits["float16_flops_per_s"] == pytest.approx(2 * 64**3 / statistics.median(samples))

@@ -48,7 +48,7 @@ def limits_findings(run: SummaryRun) -> list[str]:
 
 @section(
     "limits", "How close to the machine's limit", CELLS,
-    "Each `ok` cell's FLOPs over its time, against the peak of the cell's own precision (float32, bfloat16, float16) and "
+    "Each `ok` cell's FLOPs over its time, against the peak of the cell's own precision (float32, bfloat16, float16, TF32 for float32 on TF32 units) and "
     "the memory bandwidth, measured at the start of the run: each environment's median share of its precision's peak per "
     "model (%; none above 100% is shown, and none where the precision has no measured peak, as int8), and the roofline. "
     "A GPU cell whose call kept the GPU busy less than half its time is `launch`-bound: the launching Python limits it.",
