@@ -111,9 +111,11 @@ def onednn_isa_cap_reason(flags: set[str], environ: dict[str, str] | None = None
 
 def bfloat16_here_reason(cpuinfo: Path | None = None) -> str | None:
     """Why this machine's CPU, as oneDNN may use it, has no native bfloat16: its flags (`bfloat16_cpu_reason`),
-    then a cap on oneDNN's instruction sets (`onednn_isa_cap_reason`); None when it runs bfloat16 natively."""
+    then a cap on oneDNN's instruction sets (`onednn_isa_cap_reason`); None when it runs bfloat16 natively. With
+    `cpuinfo` (another CPU's description), its flags alone."""
     flags = cpu_flags(cpuinfo)
-    return bfloat16_cpu_reason(flags) or (onednn_isa_cap_reason(flags) if flags is not None else None)
+    capped = cpuinfo is None and flags is not None  # a cap in this process's environment holds for this machine's CPU only
+    return bfloat16_cpu_reason(flags) or (onednn_isa_cap_reason(flags) if capped else None)
 
 
 def cpu_class(flags: set[str] | None) -> str:
