@@ -93,11 +93,11 @@ def test_bad_parameters_are_reported_one_line_each_before_anything_runs(tmp_path
         plan_run(tmp_path, "smoke", ["cpu-pytorch", bogus, "cpu-nope"])
     lines = str(error.value).splitlines()
     assert any("'cpu-nope' not found" in line and "cpu-tensorflow-xla" in line for line in lines)
-    assert any(line.startswith("cpu-bogus: framework: must be one of onnxruntime, openvino, pytorch, tensorflow") and str(bogus) in line for line in lines)
+    assert any(line.startswith("cpu-bogus: framework: must be one of onnxruntime, openai, openvino, pytorch, tensorflow") and str(bogus) in line for line in lines)
 
     run_dir = tmp_path / "run"
     assert main(["run", "--grid", "smoke", "--environments", f"cpu-pytorch,{bogus}", "--out", str(run_dir), "--no-summary"]) == 2
-    assert "cpu-bogus: framework: must be one of onnxruntime, openvino, pytorch, tensorflow" in capsys.readouterr().err
+    assert "cpu-bogus: framework: must be one of onnxruntime, openai, openvino, pytorch, tensorflow" in capsys.readouterr().err
     assert main(["run", "--grid", "smoke", "--params", str(typo), "--out", str(run_dir), "--no-summary"]) == 2
     assert "repaet: unknown parameter" in capsys.readouterr().err
     assert main(["run", "--grid", "nope", "--out", str(run_dir)]) == 2

@@ -116,6 +116,13 @@ class EngineProcess:
         """Its exit status once it has ended, else None."""
         return self.process.poll()
 
+    def exited_within(self, seconds: float) -> int | None:
+        """Its exit status if it ends within `seconds`, else None."""
+        try:
+            return self.process.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            return None
+
     def died(self, doing: str) -> Crashed:
         """The failure of a request to an engine that has ended: its status and the last lines of its log."""
         return Crashed(f"the engine exited with status {self.exited()} while {doing}: {log_tail(self.log)}")

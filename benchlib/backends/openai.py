@@ -45,6 +45,7 @@ FORWARD = "a serving engine generates: run it with workload: generate"
 VERBATIM_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"  # a chat prompt is its text
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "tokenizer.model", "vocab.json")
 SERVED_KIND = "served-model"
+DYING_S = 2.0  # how long a failed request waits for the engine to be seen ended (its connection drops first)
 NEITHER = "options: an openai environment needs url (a running server) or serve (the command that starts the engine)"
 # what every engine the kit starts runs with: offline, as the kit is (the model is a local folder), and no TensorFlow
 ENGINE_ENVIRONMENT = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "USE_TF": "0", "USE_TORCH": "1"}
@@ -99,11 +100,16 @@ class Served:
     reference: Any
     engine: EngineProcess | None = None
 
-    def close(self) -> None:
-        """Close the client and stop the engine."""
-        self.client.close()
-        if self.engine is not None:
-            self.engine.stop()
+    def __post_init__(self) -> None:
+        # when the sweep lets go of the model (or at exit): the callback holds the client and engine, not this object
+        self.close = weakref.finalize(self, close_served, self.client, self.engine)
+
+
+def close_served(client: StreamClient, engine: EngineProcess | None) -> None:
+    """Close the client and stop the engine."""
+    client.close()
+    if engine is not None:
+        engine.stop()
 
 
 def has_tokenizer(folder: Path) -> bool:
@@ -144,7 +150,7 @@ class OpenAIBackend:
     framework: str = "openai"
 
     def __post_init__(self) -> None:
-        self._served: Served | None = None
+        self._served: weakref.ref[Served] | None = None  # the model served last, until the sweep lets go of it
 
     def unsupported(self) -> str | None:
         if self.workload != "generate":
@@ -190,15 +196,16 @@ class OpenAIBackend:
             raise RuntimeError(f"nothing answers at {base_url}/v1/models or /health")
         client = StreamClient(base_url, headers, self.options.request_timeout_s)
         name = self.options.model_name or (str(folder) if engine is not None else _first_model(client))
-        self._served = Served(client, name, tokenizer, reference, engine)
-        weakref.finalize(self._served, self._served.close)
-        return self._served
+        served = Served(client, name, tokenizer, reference, engine)
+        self._served = weakref.ref(served)
+        return served
 
     def free_served(self) -> None:
-        """Stop the engine of the model served last, if one runs."""
-        if self._served is not None:
-            self._served.close()
-            self._served = None
+        """Stop the engine of the model served last, if one still runs (one model at a time)."""
+        served = self._served() if self._served is not None else None
+        if served is not None:
+            served.close()
+        self._served = None
 
     def as_inputs(self, ids: np.ndarray) -> np.ndarray:
         return np.asarray(ids)
@@ -258,7 +265,7 @@ class OpenAIBackend:
         try:
             done = served.client.run(gathered([served.client.stream(self.path, self.body(served, row, new_tokens), chunk_of(i)) for i, row in enumerate(ids)]))
         except Exception as exc:
-            if served.engine is not None and served.engine.exited() is not None:
+            if served.engine is not None and served.engine.exited_within(DYING_S) is not None:
                 raise served.engine.died("serving a request") from exc
             raise
         for completion, row in zip(done, ids, strict=True):
@@ -316,7 +323,7 @@ class OpenAIBackend:
         return None
 
     def free(self) -> None:
-        """Nothing is cached in the kit's process; the engine runs until its model is done (`free_served`)."""
+        """Nothing is cached in the kit's process; the engine runs until the sweep lets go of its model."""
 
     def reset_peak_memory(self) -> None:
         """The engine's memory is its own."""
@@ -372,7 +379,6 @@ INFO = register(
         options=OpenAIOptions,
         make=make,
         model_class="pytorch",
-        versions=("httpx",),
-        requires=("httpx",),
+        versions=("httpx",),  # the client's (a core dependency); the engine's own are its process's
     )
 )

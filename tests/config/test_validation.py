@@ -14,7 +14,7 @@ from benchlib.paths import PROJECT_ROOT
 
 CASES = {
     "unknown model": ({"models": ["bert-large"]}, "models: unknown model bert-large: not in the catalogue, not a folder and not a Hub id (owner/name); the catalogue has: gpt2, bert-base-cased"),
-    "unknown framework": ({"framework": "jax"}, "framework: must be one of onnxruntime, openvino, pytorch, tensorflow, not 'jax'"),
+    "unknown framework": ({"framework": "jax"}, "framework: must be one of onnxruntime, openai, openvino, pytorch, tensorflow, not 'jax'"),
     "unknown mode": ({"mode": "jit"}, "mode: mode for pytorch must be one of eager, torchscript, compile, not 'jit'"),
     "mode the framework lacks": ({"mode": "xla"}, "mode: mode for pytorch must be one of eager, torchscript, compile, not 'xla'"),
     "unknown device": ({"device": "tpu"}, "device: must be cpu, cuda or cuda:N, not 'tpu'"),

@@ -1,0 +1,117 @@
+"""Serving engines as environments (the `openai` backend): `transformers serve` started by the kit on a tiny Llama folder,
+timed through streamed requests with its tokens compared with eager PyTorch float32's, and stopped; and what goes wrong
+(an engine that cannot start, one that dies while serving, a missing environment of its own), each a row or one line."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+
+from benchlib.backends import load_backend
+from benchlib.backends._engine import Venv, start_engine
+from benchlib.measure.sweep import run_environment
+from benchlib.paths import PARAMETERS_DIR
+from benchlib.status import CRASHED, ERROR, OK, UNSUPPORTED
+from benchlib.store.layout import engine_log
+from tests.checkpoints import save_llama
+
+GRID = {"workload": "generate", "batch_sizes": [1], "prompt_lengths": [8], "new_tokens": 4, "warmup": 1, "repeat": 3, "max_cell_seconds": 20}
+
+
+def environment(name: str) -> dict[str, Any]:
+    return yaml.safe_load((PARAMETERS_DIR / "environments" / f"{name}.yaml").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_llama(tmp_path_factory.mktemp("engine-model") / "llama")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, llama: Path) -> Path:
+    """One run of cpu-transformers-serve on the tiny Llama folder (the engine started and stopped by the kit)."""
+    output_dir = tmp_path_factory.mktemp("served") / "cpu-transformers-serve"
+    run_environment({**environment("cpu-transformers-serve"), "models": [str(llama)], **GRID, "output_dir": str(output_dir)}, progress=False)
+    return output_dir
+
+
+@pytest.mark.e2e
+def test_transformers_serve_is_timed_and_agrees_with_eager_float32(served: Path, llama: Path) -> None:
+    from benchlib.store.results import read_results
+
+    rows = read_results(served)
+    assert list(rows["status"]) == [OK], rows["reason"].tolist()
+    row = rows.iloc[0]
+    assert row["environment"] == "cpu-transformers-serve" and row["framework"] == "openai" and row["workload"] == "generate"
+    assert 0 < row["ttft_s"] < row["generate_s"] and row["tpot_s"] > 0 and row["token_clock"] == "each step"
+    assert row["token_agreement"] == 1.0  # a float32 engine on a float32 model makes eager float32's tokens
+    log = engine_log(served, str(llama))
+    assert log.is_file() and "transformers_cli serve" in log.read_text()
+    started = [line.removeprefix("$ ") for line in log.read_text().splitlines() if line.startswith("$ ")]
+    assert started and all("--port" in command for command in started)  # one engine per build (a cell measured again builds again)
+    assert not [p for p in psutil.process_iter(["cmdline"]) if " ".join(p.info["cmdline"] or ()) in started]  # each stopped
+
+
+DYING_ENGINE = """
+    import http.server, os, sys
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200); self.end_headers(); self.wfile.write(b"{}")
+
+        def do_POST(self):
+            print("the engine fell over while generating", flush=True)
+            os._exit(7)
+
+    http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+"""
+
+
+@pytest.mark.e2e
+def test_an_engine_that_cannot_start_or_dies_gives_rows_and_the_run_goes_on(tmp_path: Path, llama: Path) -> None:
+    """An engine that exits before answering: each cell `error` with its own message; one that dies at its first request:
+    `crashed` with its log's last lines; no process is left either way."""
+    script = tmp_path / "dying_engine.py"
+    script.write_text(textwrap.dedent(DYING_ENGINE))
+    cases = {
+        "cannot-start": ("{python} -c \"import sys; print('cannot load {model}'); sys.exit(3)\"", ERROR, "exited with status 3 before answering"),
+        "dies": (f"{{python}} {script} {{port}}", CRASHED, "exited with status 7 while serving a request"),
+    }
+    for name, (command, expected, words) in cases.items():
+        output_dir = tmp_path / name
+        params = {"environment": name, "framework": "openai", "mode": "stream", "options": {"serve": command, "ready_timeout_s": 30}}
+        rows = run_environment({**params, "models": [str(llama)], **GRID, "batch_sizes": [1, 2], "output_dir": str(output_dir)}, progress=False)
+        assert list(rows["status"]) == [expected, expected], rows["reason"].tolist()
+        assert rows["reason"].str.contains(words).all()
+        assert rows["reason"].str.contains("cannot load" if name == "cannot-start" else "fell over").all()  # the log's last lines
+        assert not [p for p in psutil.process_iter(["cmdline"]) if str(script) in " ".join(p.info["cmdline"] or ()) or "cannot load" in " ".join(p.info["cmdline"] or ())]
+
+
+def test_a_missing_venv_or_engine_is_one_line(tmp_path: Path) -> None:
+    """An engine of its own Python environment that is not made: every cell `unsupported` with the command that makes it;
+    an environment that names no engine, or both a URL and a command: one line before anything starts."""
+    options = {"serve": "{python} -m vllm.entrypoints.openai.api_server --model {model}", "venv": ["no-such-engine==1.0"]}
+    backend = load_backend("openai", "stream", options=options, workload="generate", environment="cpu-engine")
+    assert backend.unsupported() == (
+        f"the engine's own Python environment is not made ({Venv(('no-such-engine==1.0',)).folder}): run `python -m benchlib engines install cpu-engine`"
+    )
+    with pytest.raises(ValueError, match="needs url .* or serve"):
+        load_backend("openai", "stream", workload="generate")
+    with pytest.raises(ValueError, match="not both"):
+        load_backend("openai", "stream", options={"url": "http://127.0.0.1:1", "serve": "x"}, workload="generate")
+    forward = load_backend("openai", "stream", options={"url": "http://127.0.0.1:1"})
+    assert forward.unsupported() == "a serving engine generates: run it with workload: generate"
+
+
+def test_a_port_taken_first_is_tried_again_then_one_line(tmp_path: Path) -> None:
+    """A server that finds its port taken is started again on another; after PORT_TRIES, one line with its message."""
+    command = "{python} -c \"import sys; print('OSError: [Errno 98] Address already in use: {port}'); sys.exit(1)\""
+    with pytest.raises(RuntimeError, match="found its port taken 3 times: .*Address already in use") as raised:
+        start_engine(command, "model", "float32", tmp_path / "engine.log", 10)
+    ports = {line.rsplit(" ", 1)[-1] for line in (tmp_path / "engine.log").read_text().splitlines() if line.startswith("OSError")}
+    assert len(ports) == 3 and "\n" not in str(raised.value)
