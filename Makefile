@@ -4,6 +4,7 @@
 # make test-gpu   the tests marked gpu, on a machine with a CUDA GPU (each skipped with the reason without one)
 # make lab   JupyterLab on notebooks/, with a kernel that has the kit installed
 # make docs  the documentation site, built from docs/ (and the code, for its reference pages) into site/
+# make engines  the Python environments of the serving engines that run in one of their own (cpu-vllm: minutes), under the build cache
 # Each creates .venv with python3 if it is missing and installs the kit into it with every extra,
 # each backend's, the cluster's and the documentation's: .[all,docs,test] (again only when pyproject.toml changes).
 # Extra arguments: make run ARGS="--grid smoke", make test ARGS="-x".
@@ -18,7 +19,7 @@ TEST_WORKERS ?= 2
 BROWSER := /usr/bin/chromedriver
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: run test test-full test-gpu lab docs install
+.PHONY: run test test-full test-gpu lab docs install engines
 
 run: $(INSTALLED)
 	$(PY) -m benchlib run $(ARGS)
@@ -39,6 +40,9 @@ docs: $(INSTALLED)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 install: $(INSTALLED)
+
+engines: $(INSTALLED)
+	$(PY) -m benchlib engines install $(ARGS)
 
 # The browser test opens the kit's pages in Debian's headless Chromium through its driver: installed when missing
 # (as root, or with sudo; the package lists refreshed if the first try fails). Where neither works, the tests still run

@@ -4,6 +4,8 @@ timed through streamed requests with its tokens compared with eager PyTorch floa
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -115,3 +117,22 @@ def test_a_port_taken_first_is_tried_again_then_one_line(tmp_path: Path) -> None
         start_engine(command, "model", "float32", tmp_path / "engine.log", 10)
     ports = {line.rsplit(" ", 1)[-1] for line in (tmp_path / "engine.log").read_text().splitlines() if line.startswith("OSError")}
     assert len(ports) == 3 and "\n" not in str(raised.value)
+
+
+@pytest.mark.e2e
+def test_engines_install_makes_the_venv_once(tmp_path: Path, run_cli_in_process) -> None:
+    """`engines install FILE` makes the engine's own environment under the build cache (what pip installs, less what it
+    removes after), then says it is made; an environment that is not an engine's is one line."""
+    file = tmp_path / "cpu-engine.yaml"
+    options = {"serve": "{python} -m engine --port {port}", "venv": ["six", "idna"], "venv_python": sys.executable, "venv_remove": ["idna"]}
+    file.write_text(yaml.safe_dump({"environment": "cpu-engine", "framework": "openai", "mode": "stream", "options": options}))
+    code, out, err = run_cli_in_process(["engines", "install", str(file)])
+    venv = Venv(("six", "idna"), sys.executable, ("idna",))
+    assert code == 0 and f"{venv.folder} is made" in out, err
+    imports = subprocess.run([str(venv.interpreter), "-c", "import six; import idna"], capture_output=True, text=True)
+    assert "No module named 'idna'" in imports.stderr
+    assert load_backend("openai", "stream", options=options, workload="generate").unsupported() is None
+    code, out, _ = run_cli_in_process(["engines", "install", str(file)])
+    assert code == 0 and out.strip() == f"{file}: {venv.folder} is made"
+    code, _, err = run_cli_in_process(["engines", "install", "cpu-pytorch"])
+    assert code == 2 and err.strip() == "cpu-pytorch: framework 'pytorch' is not a serving engine's (openai)"
