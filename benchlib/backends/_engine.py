@@ -174,11 +174,12 @@ def answers(base_url: str, timeout_s: float = 2.0) -> bool:
 
 def start_engine(
     template: str, model: str, dtype: str, log: Path, ready_timeout_s: float, python: str = sys.executable, env: dict[str, str] | None = None,
+    unset: tuple[str, ...] = (),
 ) -> EngineProcess:  # fmt: skip
     """Start the engine of `template` for the model folder `model` and wait until it answers (`ready_timeout_s`). An engine
     that ends before then, or does not answer in time, is stopped and raised as a RuntimeError with its log's last lines
     (its own message: a model it cannot load, a missing package); a port taken first is tried again on another; a command
-    that cannot run at all is `Unsupported`."""
+    that cannot run at all is `Unsupported`. It inherits this process's environment, less `unset`, with `env`."""
     log.parent.mkdir(parents=True, exist_ok=True)
     for _ in range(PORT_TRIES):
         port = free_port()
@@ -189,7 +190,7 @@ def start_engine(
             try:
                 process = subprocess.Popen(
                     command, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                    preexec_fn=_die_with_parent, env={**os.environ, **(env or {})},
+                    preexec_fn=_die_with_parent, env={**{k: v for k, v in os.environ.items() if k not in unset}, **(env or {})},
                 )  # fmt: skip
             except OSError as exc:
                 raise Unsupported(f"the engine's command cannot start ({command[0]}): {exc.strerror or exc}") from None

@@ -22,14 +22,15 @@ import os
 import sys
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from benchlib.backends import BackendInfo, BackendSettings, register
+from benchlib.backends import THREAD_VARIABLES, BackendInfo, BackendSettings, register
+from benchlib.backends._ceiling import client_ceiling
 from benchlib.backends._engine import EngineProcess, Venv, answers, start_engine
 from benchlib.backends._generate import Generator, StepClock
 from benchlib.backends._stream import Completion, StreamClient, gathered
@@ -149,6 +150,11 @@ class OpenAIBackend:
     workload: str = "generate"
     framework: str = "openai"
 
+    serves_concurrently: bool = True  # under load, `streams` requests in flight, batched by the engine
+    # each request's (TTFT, TPOT) in seconds as the client saw them, since a load test cleared it: its goodput
+    requests: list[tuple[float, float | None]] = field(default_factory=list)
+    ceiling: dict[str, Any] | None = None  # the client's own ceiling (`settings`)
+
     def __post_init__(self) -> None:
         self._served: weakref.ref[Served] | None = None  # the model served last, until the sweep lets go of it
 
@@ -186,7 +192,8 @@ class OpenAIBackend:
             venv = self.options.own_venv
             log = engine_log(self.output_dir or cache_root() / "engines", spec.name)
             python = str(venv.interpreter) if venv is not None else sys.executable
-            engine = start_engine(self.options.serve, str(folder), self.precision, log, self.options.ready_timeout_s, python, ENGINE_ENVIRONMENT)
+            # the kernel's thread counts are its own (divided among its streams): the engine's threads are the engine's
+            engine = start_engine(self.options.serve, str(folder), self.precision, log, self.options.ready_timeout_s, python, ENGINE_ENVIRONMENT, THREAD_VARIABLES)
             base_url = engine.base_url
         else:
             assert self.options.url is not None
@@ -270,6 +277,8 @@ class OpenAIBackend:
             raise
         for completion, row in zip(done, ids, strict=True):
             self.check(served, completion, row, new_tokens)
+        tpot = lambda c: (c.times[-1] - c.times[0]) / (new_tokens - 1) if new_tokens > 1 else None  # noqa: E731  # MLPerf's TPOT
+        self.requests.extend((completion.ttft_s, tpot(completion)) for completion in done)  # list.extend: atomic
         return done
 
     def check(self, served: Served, completion: Completion, row: np.ndarray, new_tokens: int) -> None:
@@ -332,8 +341,11 @@ class OpenAIBackend:
         return 0
 
     def settings(self) -> dict[str, Any]:
-        options = self.options.model_dump(exclude={"api_key_env"})
-        return {"engine": options.get("url") or options.get("serve"), "api": self.options.api, "prompt": self.options.prompt}
+        """The engine and how it is asked, and the client's own ceiling (`_ceiling`: measured once, in environment.json)."""
+        if self.ceiling is None and self.workload == "generate":
+            self.ceiling = client_ceiling()
+        engine = self.options.url or self.options.serve
+        return {"engine": engine, "api": self.options.api, "prompt": self.options.prompt, "client_ceiling": self.ceiling}
 
     def versions(self) -> dict[str, str]:
         import httpx

@@ -321,8 +321,11 @@ def load_scenario(values: Any) -> Any:
     if CELL in scenario:
         raise ValueError("scenario: cell and the load scenarios are measured in grids of their own, not together")
     if generate:
-        if values.get("streams", 1) not in (1, None):
-            raise ValueError("streams: a load scenario that generates is served by one stream (one model's generate at a time)")
+        if values.get("streams", 1) not in (1, None) and values.get("framework") != "openai":
+            raise ValueError(
+                "streams: a load scenario that generates is served by one stream (one model's generate at a time); only a serving "
+                "engine (framework openai) takes several requests in flight"
+            )
         missing = [bound for bound in ("ttft_bound_ms", "tpot_bound_ms") if values.get(bound) is None]
         if "server" in scenario and missing:
             raise ValueError(

@@ -4,6 +4,7 @@ timed through streamed requests with its tokens compared with eager PyTorch floa
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -22,7 +23,12 @@ from benchlib.status import CRASHED, ERROR, OK, UNSUPPORTED
 from benchlib.store.layout import engine_log
 from tests.checkpoints import save_llama
 
-GRID = {"workload": "generate", "batch_sizes": [1], "prompt_lengths": [8], "new_tokens": 4, "warmup": 1, "repeat": 3, "max_cell_seconds": 20}
+GRID = {"workload": "generate", "batch_sizes": [1], "prompt_lengths": [8], "new_tokens": 4, "warmup": 1, "repeat": 3, "max_cell_seconds": 20, "remeasure": 0}
+LOAD = {
+    "workload": "generate", "scenario": ["server", "offline"], "request_lengths": [8], "new_tokens": 4, "max_batch": 1, "streams": 2,
+    "ttft_bound_ms": 2000, "tpot_bound_ms": 500, "latency_percentile": 90, "min_duration_s": 2.0, "min_query_count": 8, "max_trials": 2,
+    "remeasure": 0,
+}  # fmt: skip
 
 
 def environment(name: str) -> dict[str, Any]:
@@ -57,6 +63,24 @@ def test_transformers_serve_is_timed_and_agrees_with_eager_float32(served: Path,
     started = [line.removeprefix("$ ") for line in log.read_text().splitlines() if line.startswith("$ ")]
     assert started and all("--port" in command for command in started)  # one engine per build (a cell measured again builds again)
     assert not [p for p in psutil.process_iter(["cmdline"]) if " ".join(p.info["cmdline"] or ()) in started]  # each stopped
+
+
+@pytest.mark.e2e
+def test_transformers_serve_under_load_has_goodput_and_the_clients_ceiling(tmp_path: Path, llama: Path) -> None:
+    """LoadGen's server and offline scenarios through the asynchronous client, two requests in flight: VALID, with the
+    share of requests that met both bounds, the rate's share of the client's ceiling (recorded in environment.json), and
+    the served tokens in agreement with eager float32's."""
+    output_dir = tmp_path / "cpu-transformers-serve"
+    rows = run_environment({**environment("cpu-transformers-serve"), "models": [str(llama)], **LOAD, "output_dir": str(output_dir)}, progress=False)
+    rows = rows.set_index("scenario")
+    assert set(rows["status"]) == {OK} and rows["valid"].all(), rows["reason"].tolist()
+    assert rows.loc["server", "max_qps"] > 0 and 0 < rows.loc["server", "ttft_s"] < 2 and rows.loc["server", "tpot_s"] < 0.5
+    assert ((rows["goodput"] >= 0) & (rows["goodput"] <= 1)).all() and rows.loc["server", "goodput"] >= 0.9  # judged at the 90th percentile
+    ceiling = json.loads((output_dir / "environment.json").read_text())["threads"]["client_ceiling"]
+    assert ceiling["requests_per_s"] > 0 and ceiling["tokens_per_s"] == ceiling["requests_per_s"] * ceiling["tokens"]
+    served = rows["tokens_per_s"] / LOAD["new_tokens"]  # requests per second
+    assert ((rows["client_share"] - served / ceiling["requests_per_s"]).abs() < 0.05 * rows["client_share"]).all()
+    assert (rows["token_agreement"] == 1.0).all()
 
 
 DYING_ENGINE = """
