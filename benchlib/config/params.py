@@ -20,7 +20,9 @@ WORKLOADS: tuple[str, ...] = ("forward", "generate")  # one forward pass (the st
 GENERATE_TASK = "causal-lm"
 # How calls arrive: one at a time as the study timed them (`cell`), or under load as MLPerf defines it, driven by LoadGen.
 CELL = "cell"
-LOAD_SCENARIOS: tuple[str, ...] = ("single-stream", "multi-stream", "server", "offline")
+# `concurrency` is a serving engine's sweep of requests in flight (measure/concurrency.py), beside LoadGen's scenarios.
+CONCURRENCY = "concurrency"
+LOAD_SCENARIOS: tuple[str, ...] = ("single-stream", "multi-stream", "server", "offline", CONCURRENCY)
 # The percentiles a load scenario's latency may be judged at (LoadGen prints both; the results have a column for each).
 LATENCY_PERCENTILES: tuple[int, ...] = (90, 99)
 SCENARIOS: tuple[str, ...] = (CELL, *LOAD_SCENARIOS)
@@ -320,6 +322,8 @@ def load_scenario(values: Any) -> Any:
         return values
     if CELL in scenario:
         raise ValueError("scenario: cell and the load scenarios are measured in grids of their own, not together")
+    if CONCURRENCY in scenario and (values.get("framework") != "openai" or not generate):
+        raise ValueError("scenario: concurrency sweeps the requests in flight to a serving engine (framework openai, workload generate)")
     if generate:
         if values.get("streams", 1) not in (1, None) and values.get("framework") != "openai":
             raise ValueError(

@@ -19,8 +19,9 @@ from benchlib.backends import (
 )
 from benchlib.config.catalogue import ModelSpec
 from benchlib.config.models import checkpoint_digest, has_tokenizer
-from benchlib.config.params import CELL, BenchmarkParams, validate_params
+from benchlib.config.params import CELL, CONCURRENCY, BenchmarkParams, validate_params
 from benchlib.machine import usable_cores
+from benchlib.measure.concurrency import measure_concurrency
 from benchlib.measure.flops import analytic_flops, has_formula
 from benchlib.measure.device_state import DeviceMonitor, make_monitor
 from benchlib.measure.generation import GenerationMeasurement, measure_generation
@@ -158,7 +159,10 @@ def measure_load_cell(
         if "failure" in serving:
             return serving["failure"]
         run = serving["run"]
-        state, reason, columns, interference = measure_scenario(run, scenario, attempt, emit_trial, first_trial)
+        if scenario == CONCURRENCY:
+            state, reason, columns, interference = measure_concurrency(run, attempt, emit_trial, first_trial)
+        else:
+            state, reason, columns, interference = measure_scenario(run, scenario, attempt, emit_trial, first_trial)
         if serving.get("quality") is not None and not run.generating and "served" not in serving:
             serving["served"] = accuracy_under_load(run, serving["quality"], env_dir, spec, params)
         columns = {**columns, **serving.get("served", {})}

@@ -47,6 +47,7 @@ COLUMNS: tuple[str, ...] = (
     # A serving engine under load: the share of requests that met both token bounds, and the rate served over the kit's
     # client's own ceiling (environment.json's client_ceiling).
     "goodput", "client_share",
+    "concurrency", "knee",  # the concurrency sweep: a level's requests in flight; the scenario's row: the knee's
 )  # fmt: skip
 # Columns that hold a JSON list of seconds per sample, read back as lists.
 SAMPLE_COLUMNS: tuple[str, ...] = ("samples_s", "ttft_samples_s", "tpot_samples_s")

@@ -25,7 +25,7 @@ from tests.checkpoints import save_llama
 
 GRID = {"workload": "generate", "batch_sizes": [1], "prompt_lengths": [8], "new_tokens": 4, "warmup": 1, "repeat": 3, "max_cell_seconds": 20, "remeasure": 0}
 LOAD = {
-    "workload": "generate", "scenario": ["server", "offline"], "request_lengths": [8], "new_tokens": 4, "max_batch": 1, "streams": 2,
+    "workload": "generate", "scenario": ["server", "offline", "concurrency"], "request_lengths": [8], "new_tokens": 4, "max_batch": 1, "streams": 4,
     "ttft_bound_ms": 2000, "tpot_bound_ms": 500, "latency_percentile": 90, "min_duration_s": 2.0, "min_query_count": 8, "max_trials": 2,
     "remeasure": 0,
 }  # fmt: skip
@@ -66,14 +66,23 @@ def test_transformers_serve_is_timed_and_agrees_with_eager_float32(served: Path,
 
 
 @pytest.mark.e2e
-def test_transformers_serve_under_load_has_goodput_and_the_clients_ceiling(tmp_path: Path, llama: Path) -> None:
-    """LoadGen's server and offline scenarios through the asynchronous client, two requests in flight: VALID, with the
+def test_transformers_serve_under_load_has_goodput_a_knee_and_the_clients_ceiling(tmp_path: Path, llama: Path) -> None:
+    """LoadGen's server and offline scenarios through the asynchronous client, four requests in flight: VALID, with the
     share of requests that met both bounds, the rate's share of the client's ceiling (recorded in environment.json), and
-    the served tokens in agreement with eager float32's."""
+    the served tokens in agreement with eager float32's; the concurrency sweep: a trial row per level, the knee named."""
+    from benchlib.store.results import read_results
+
     output_dir = tmp_path / "cpu-transformers-serve"
     rows = run_environment({**environment("cpu-transformers-serve"), "models": [str(llama)], **LOAD, "output_dir": str(output_dir)}, progress=False)
     rows = rows.set_index("scenario")
     assert set(rows["status"]) == {OK} and rows["valid"].all(), rows["reason"].tolist()
+    trials = read_results(output_dir, trials=True)
+    levels = trials[(trials["scenario"] == "concurrency") & trials["trial"].notna()]
+    assert list(levels["concurrency"]) == [1, 2, 4][: len(levels)] and len(levels) >= 2
+    knee = rows.loc["concurrency", "knee"]
+    assert knee in set(levels["concurrency"]) and rows.loc["concurrency", "reason"].startswith(("at ", "every level up to 4"))
+    by_level = levels.set_index("concurrency")["tokens_per_s"]
+    assert rows.loc["concurrency", "tokens_per_s"] == by_level[knee] and (by_level[by_level.index <= knee].diff().dropna() > 0).all()
     assert rows.loc["server", "max_qps"] > 0 and 0 < rows.loc["server", "ttft_s"] < 2 and rows.loc["server", "tpot_s"] < 0.5
     assert ((rows["goodput"] >= 0) & (rows["goodput"] <= 1)).all() and rows.loc["server", "goodput"] >= 0.9  # judged at the 90th percentile
     ceiling = json.loads((output_dir / "environment.json").read_text())["threads"]["client_ceiling"]
