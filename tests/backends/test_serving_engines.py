@@ -15,6 +15,7 @@ import psutil
 import pytest
 import yaml
 
+from benchlib.analysis.load import load_rows, scenario_table
 from benchlib.backends import load_backend
 from benchlib.backends._engine import Venv, start_engine
 from benchlib.measure.sweep import run_environment
@@ -90,6 +91,8 @@ def test_transformers_serve_under_load_has_goodput_a_knee_and_the_clients_ceilin
     served = rows["tokens_per_s"] / LOAD["new_tokens"]  # requests per second
     assert ((rows["client_share"] - served / ceiling["requests_per_s"]).abs() < 0.05 * rows["client_share"]).all()
     assert (rows["token_agreement"] == 1.0).all()
+    table = scenario_table(load_rows([tmp_path])).set_index("environment")  # the summary's table: the knee is the sweep's figure
+    assert table.loc["cpu-transformers-serve", "knee_tokens_per_s"] == rows.loc["concurrency", "tokens_per_s"]
 
 
 DYING_ENGINE = """
