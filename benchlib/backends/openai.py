@@ -285,7 +285,9 @@ class OpenAIBackend:
         """A completion's token counts against what was asked and what the engine says (its usage)."""
         made = len(self.new_ids_of(served, completion))
         if made != new_tokens:
-            why = "" if self.options.exact_tokens != "none" else " (exact_tokens: none: the engine may stop at the end of sequence)"
+            why = " (exact_tokens: none: the engine may stop at the end of sequence)" if self.options.exact_tokens == "none" else ""
+            if completion.token_ids is None:
+                why += " (its stream is text only: a special token it generated is not in the text)"
             raise RuntimeError(f"the engine made {made} tokens where {new_tokens} were asked (finish reason {completion.finish_reason}){why}")
         usage = completion.usage or {}
         prompt_tokens, completion_tokens = usage.get("prompt_tokens"), usage.get("completion_tokens")
