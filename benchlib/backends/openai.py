@@ -36,7 +36,7 @@ from benchlib.backends._generate import Generator, StepClock
 from benchlib.backends._stream import Completion, StreamClient, gathered
 from benchlib.backends.pytorch import build_reference, reference_tokens, weights, weights_key
 from benchlib.status import Unsupported
-from benchlib.store.cache import artefact, cache_root
+from benchlib.store.cache import ENTRY_FILE, artefact, cache_root
 from benchlib.store.layout import engine_log
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ def with_template(folder: Path, cache_dir: Path | None, key: str) -> Path:
 
     def make(made: Path) -> None:
         for item in folder.iterdir():
-            if item.name != "tokenizer_config.json":
+            if item.name not in ("tokenizer_config.json", ENTRY_FILE):  # a cache entry's record is its own
                 (made / item.name).symlink_to(item.resolve())
         config_file = folder / "tokenizer_config.json"
         config = json.loads(config_file.read_text()) if config_file.is_file() else {}

@@ -95,7 +95,7 @@ def test_transformers_serve_under_load_has_goodput_a_knee_and_the_clients_ceilin
     assert table.loc["cpu-transformers-serve", "knee_tokens_per_s"] == rows.loc["concurrency", "tokens_per_s"]
 
 
-DYING_ENGINE = """
+DYING_ENGINE = r"""
     import http.server, os, sys
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -103,6 +103,11 @@ DYING_ENGINE = """
             self.send_response(200); self.end_headers(); self.wfile.write(b"{}")
 
         def do_POST(self):
+            if sys.argv[2] == "garbled":
+                self.rfile.read(int(self.headers["content-length"]))
+                self.send_response(200); self.send_header("content-length", "17"); self.end_headers()
+                self.wfile.write(b"data: <garbled>\n\n")
+                return
             print("the engine fell over while generating", flush=True)
             os._exit(7)
 
@@ -113,20 +118,23 @@ DYING_ENGINE = """
 @pytest.mark.e2e
 def test_an_engine_that_cannot_start_or_dies_gives_rows_and_the_run_goes_on(tmp_path: Path, llama: Path) -> None:
     """An engine that exits before answering: each cell `error` with its own message; one that dies at its first request:
-    `crashed` with its log's last lines; no process is left either way."""
+    `crashed` with its log's last lines; one whose stream is not the API's: `error` saying what it sent; no process is
+    left either way."""
     script = tmp_path / "dying_engine.py"
     script.write_text(textwrap.dedent(DYING_ENGINE))
     cases = {
         "cannot-start": ("{python} -c \"import sys; print('cannot load {model}'); sys.exit(3)\"", ERROR, "exited with status 3 before answering"),
-        "dies": (f"{{python}} {script} {{port}}", CRASHED, "exited with status 7 while serving a request"),
+        "dies": (f"{{python}} {script} {{port}} dies", CRASHED, "exited with status 7 while serving a request"),
+        "garbled": (f"{{python}} {script} {{port}} garbled", ERROR, "MalformedStream: an event of the stream is not JSON: '<garbled>'"),
     }
     for name, (command, expected, words) in cases.items():
         output_dir = tmp_path / name
         params = {"environment": name, "framework": "openai", "mode": "stream", "options": {"serve": command, "ready_timeout_s": 30}}
         rows = run_environment({**params, "models": [str(llama)], **GRID, "batch_sizes": [1, 2], "output_dir": str(output_dir)}, progress=False)
         assert list(rows["status"]) == [expected, expected], rows["reason"].tolist()
-        assert rows["reason"].str.contains(words).all()
-        assert rows["reason"].str.contains("cannot load" if name == "cannot-start" else "fell over").all()  # the log's last lines
+        assert rows["reason"].str.contains(words, regex=False).all(), rows["reason"].tolist()
+        if name != "garbled":  # the engine's own words: the log's last lines
+            assert rows["reason"].str.contains("cannot load" if name == "cannot-start" else "fell over").all()
         assert not [p for p in psutil.process_iter(["cmdline"]) if str(script) in " ".join(p.info["cmdline"] or ()) or "cannot load" in " ".join(p.info["cmdline"] or ())]
 
 
