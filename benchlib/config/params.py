@@ -83,14 +83,17 @@ class BenchmarkParams(BaseModel):
     # workers that batch up to `max_batch` requests of one length, waiting at most `batch_timeout_ms` for more.
     scenario: list[Literal[SCENARIOS]] = Field(  # type: ignore[valid-type]
         default_factory=lambda: [CELL], min_length=1,
-        description="How calls arrive: cell (one at a time, as the study timed them), or any of MLPerf's single-stream, multi-stream, server, offline.",
+        description=(
+            "How calls arrive: cell (one at a time, as the study timed them), or any of MLPerf's single-stream, multi-stream, server, "
+            "offline; a serving engine's concurrency (1, 2, 4, ... requests in flight up to streams)."
+        ),
     )  # fmt: skip
     request_lengths: list[StrictInt] | None = Field(
         default=None, description=f"A load scenario: its requests' lengths in tokens (null: {', '.join(map(str, DEFAULT_REQUEST_LENGTHS))})."
     )
     max_batch: StrictInt = Field(default=8, ge=1, description="A load scenario: requests of one length batched together, at most.")
     batch_timeout_ms: float = Field(default=2.0, ge=0, description="Server: how long a batch waits for more requests of its length.")
-    streams: StrictInt = Field(default=1, ge=1, description="A load scenario: workers serving the queue, the threads divided among them.")
+    streams: StrictInt = Field(default=1, ge=1, description="A load scenario: workers serving the queue, the threads divided among them (a serving engine: requests in flight).")
     latency_bound_ms: float = Field(default=100.0, gt=0, description="Server: the bound on latency at latency_percentile.")
     # At 90, early stopping needs about a tenth of the queries it needs at 99.
     latency_percentile: Literal[LATENCY_PERCENTILES] | None = Field(  # type: ignore[valid-type]
