@@ -31,6 +31,7 @@ PORT_TRIES = 3  # a free port probed now can be taken before the engine binds it
 LOG_TAIL_LINES = 8
 STOP_GRACE_S = 10.0
 PR_SET_PDEATHSIG = 1
+ENGINES_VARIABLE = "BENCHLIB_ENGINES"
 
 
 def free_port() -> int:
@@ -58,6 +59,11 @@ def log_tail(log: Path, lines: int = LOG_TAIL_LINES) -> str:
     return " | ".join(kept[-lines:])
 
 
+def engines_root() -> Path:
+    """Where the engines' own Python environments are made: `$BENCHLIB_ENGINES`, or `engines/` in the build cache."""
+    return Path(os.environ.get(ENGINES_VARIABLE) or cache_root() / "engines").expanduser()
+
+
 @dataclass(frozen=True)
 class Venv:
     """An engine's own Python environment: what pip installs into it, the distributions removed after, its Python."""
@@ -68,8 +74,8 @@ class Venv:
 
     @property
     def folder(self) -> Path:
-        """Its folder under the build cache, named by a digest of what it holds."""
-        return cache_root() / "engines" / f"venv-{digest({'requirements': self.requirements, 'python': self.python, 'remove': self.remove})}"
+        """Its folder in `engines_root()`, named by a digest of what it holds."""
+        return engines_root() / f"venv-{digest({'requirements': self.requirements, 'python': self.python, 'remove': self.remove})}"
 
     @property
     def interpreter(self) -> Path:

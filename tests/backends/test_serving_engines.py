@@ -5,6 +5,7 @@ timed through streamed requests with its tokens compared with eager PyTorch floa
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -17,7 +18,7 @@ import yaml
 
 from benchlib.analysis.load import load_rows, scenario_table
 from benchlib.backends import load_backend
-from benchlib.backends._engine import Venv, start_engine
+from benchlib.backends._engine import ENGINES_VARIABLE, Venv, start_engine
 from benchlib.measure.sweep import run_environment
 from benchlib.paths import PARAMETERS_DIR
 from benchlib.status import CRASHED, ERROR, OK, UNSUPPORTED
@@ -95,6 +96,25 @@ def test_transformers_serve_under_load_has_goodput_a_knee_and_the_clients_ceilin
     assert table.loc["cpu-transformers-serve", "knee_tokens_per_s"] == rows.loc["concurrency", "tokens_per_s"]
 
 
+@pytest.mark.e2e
+def test_vllm_where_its_environment_is_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """cpu-vllm on a tiny Llama folder with heads of 64 (its CPU attention's smallest): ok, its tokens counted from its
+    token ids and usage, and in agreement with eager float32's. Skipped, with the environment's own line, where its
+    Python environment is not made (`benchlib engines install cpu-vllm`, minutes; never part of the suite's time): the
+    user's own (the tests' build cache is their own, but an engine's environment is read where the user made it)."""
+    import platformdirs
+
+    monkeypatch.setenv(ENGINES_VARIABLE, os.environ.get(ENGINES_VARIABLE) or str(Path(platformdirs.user_cache_dir("benchlib")) / "engines"))
+    vllm = environment("cpu-vllm")
+    why = load_backend("openai", "stream", options=vllm["options"], workload="generate", environment="cpu-vllm").unsupported()
+    if why is not None:
+        pytest.skip(why)
+    llama = save_llama(tmp_path / "llama64", hidden_size=128, num_attention_heads=2, num_key_value_heads=2, intermediate_size=256)
+    rows = run_environment({**vllm, "models": [str(llama)], **GRID, "output_dir": str(tmp_path / "cpu-vllm")}, progress=False)
+    assert list(rows["status"]) == [OK], rows["reason"].tolist()
+    assert rows.iloc[0]["ttft_s"] > 0 and rows.iloc[0]["tpot_s"] > 0 and rows.iloc[0]["token_agreement"] == 1.0
+
+
 DYING_ENGINE = r"""
     import http.server, os, sys
 
@@ -164,9 +184,10 @@ def test_a_port_taken_first_is_tried_again_then_one_line(tmp_path: Path) -> None
 
 
 @pytest.mark.e2e
-def test_engines_install_makes_the_venv_once(tmp_path: Path, run_cli_in_process) -> None:
+def test_engines_install_makes_the_venv_once(tmp_path: Path, run_cli_in_process, monkeypatch: pytest.MonkeyPatch) -> None:
     """`engines install FILE` makes the engine's own environment under the build cache (what pip installs, less what it
     removes after), then says it is made; an environment that is not an engine's is one line."""
+    monkeypatch.delenv(ENGINES_VARIABLE, raising=False)  # the tests' own build cache, never the user's engines
     file = tmp_path / "cpu-engine.yaml"
     options = {"serve": "{python} -m engine --port {port}", "venv": ["six", "idna"], "venv_python": sys.executable, "venv_remove": ["idna"]}
     file.write_text(yaml.safe_dump({"environment": "cpu-engine", "framework": "openai", "mode": "stream", "options": options}))
