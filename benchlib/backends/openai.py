@@ -177,6 +177,7 @@ class OpenAIBackend:
     def build(self, spec: ModelSpec, scale: str) -> Served:
         """Start the engine on the model's folder (or reach the URL), with the eager float32 model beside it."""
         self.free_served()
+        headers = self.headers()  # a key that is not set: before anything starts
         made = weights(spec, scale, self.seed, self.cache_dir)
         folder = made.path
         if self.options.serve is not None and not has_tokenizer(folder):
@@ -198,7 +199,6 @@ class OpenAIBackend:
         else:
             assert self.options.url is not None
             base_url = self.options.url.rstrip("/")
-        headers = self.headers()
         if engine is None and not answers(base_url):
             raise RuntimeError(f"nothing answers at {base_url}/v1/models or /health")
         client = StreamClient(base_url, headers, self.options.request_timeout_s)
