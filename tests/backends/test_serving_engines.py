@@ -201,3 +201,27 @@ def test_engines_install_makes_the_venv_once(tmp_path: Path, run_cli_in_process,
     assert code == 0 and out.strip() == f"{file}: {venv.folder} is made"
     code, _, err = run_cli_in_process(["engines", "install", "cpu-pytorch"])
     assert code == 2 and err.strip() == "cpu-pytorch: framework 'pytorch' is not a serving engine's (openai)"
+
+
+@pytest.mark.e2e
+def test_a_url_engine_with_an_api_key_that_no_output_holds(tmp_path: Path, llama: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`url:` a running server (here a loopback one that streams four tokens of id 1 at once), its API key read from the
+    variable `api_key_env` names: the cell is timed, its tokens compared (they are not eager float32's), and the key is
+    in no file of the run."""
+    from benchlib.backends._ceiling import INSTANT_SERVER
+    from benchlib.backends._engine import answers, free_port, stop_group
+
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-c", INSTANT_SERVER, str(port), "4"], start_new_session=True)
+    try:
+        while not answers(f"http://127.0.0.1:{port}", timeout_s=0.5):
+            assert server.poll() is None
+        monkeypatch.setenv("ENGINE_KEY", "key-that-stays-secret")
+        options = {"url": f"http://127.0.0.1:{port}", "api_key_env": "ENGINE_KEY", "model_name": "instant", "stream_usage": False}
+        params = {"environment": "remote", "framework": "openai", "mode": "stream", "options": options}
+        rows = run_environment({**params, "models": [str(llama)], **GRID, "output_dir": str(tmp_path / "remote")}, progress=False)
+    finally:
+        stop_group(server)
+    assert list(rows["status"]) == [OK], rows["reason"].tolist()
+    assert rows.iloc[0]["ttft_s"] > 0 and rows.iloc[0]["token_agreement"] < 1
+    assert not [path for path in (tmp_path / "remote").rglob("*") if path.is_file() and "key-that-stays-secret" in path.read_text(errors="replace")]
