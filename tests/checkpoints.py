@@ -42,10 +42,11 @@ def save_llama(folder: Path, tokenizer: bool = True, seed: int = 0, **overrides:
     import transformers
 
     vocab = {token: index for index, token in enumerate(["<unk>", "<s>", "</s>", *words()])}
-    config = transformers.LlamaConfig(
-        vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        max_position_embeddings=512, bos_token_id=1, eos_token_id=2, tie_word_embeddings=True, **overrides,
-    )  # fmt: skip
+    values = {
+        "vocab_size": len(vocab), "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "max_position_embeddings": 512, "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": True,
+    }  # fmt: skip
+    config = transformers.LlamaConfig(**{**values, **overrides})
     torch.manual_seed(seed)
     transformers.LlamaForCausalLM(config).save_pretrained(folder)
     if tokenizer:
