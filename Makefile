@@ -7,6 +7,7 @@
 #                 package named with its pip line), each environment in a process of its own
 # make lab   JupyterLab on notebooks/, with a kernel that has the kit installed
 # make docs  the documentation site, built from docs/ (and the code, for its reference pages) into site/
+# make engines  the Python environments of the serving engines that run in one of their own (cpu-vllm: minutes), under the build cache
 # Each creates .venv with python3 if it is missing and installs the kit into it with every extra,
 # each backend's, the cluster's and the documentation's: .[all,docs,test] (again only when pyproject.toml changes).
 # Extra arguments: make run ARGS="--grid smoke", make test ARGS="-x".
@@ -28,7 +29,7 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # left out: OpenVINO's int8 kernels crash under it on an AVX-512 CPU, which no AVX2 machine does.
 AS_SLOWEST := ATEN_CPU_CAPABILITY=avx2 XLA_FLAGS=--xla_cpu_max_isa=AVX2 taskset -c 0
 
-.PHONY: run test test-full test-as-slowest test-gpu lab docs install
+.PHONY: run test test-full test-as-slowest test-gpu lab docs install engines
 
 run: $(INSTALLED)
 	$(PY) -m benchlib run $(ARGS)
@@ -53,6 +54,9 @@ docs: $(INSTALLED)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 install: $(INSTALLED)
+
+engines: $(INSTALLED)
+	$(PY) -m benchlib engines install $(ARGS)
 
 # The browser test opens the kit's pages in Debian's headless Chromium through its driver: installed when missing
 # (as root, or with sudo; the package lists refreshed if the first try fails). Where neither works, the tests still run

@@ -1,21 +1,27 @@
 """`python -m benchlib`: run the benchmark (`run`), render a run's summary (`summary`), compare two runs (`compare`), publish
-runs as a static site (`publish`), list or clear the build cache (`cache`), open the notebooks (`lab`)."""
+runs as a static site (`publish`), list or clear the build cache (`cache`), make a serving engine's own Python environment
+(`engines install`), open the notebooks (`lab`)."""
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from benchlib import status
 from benchlib.analysis.compare import DEFAULT_ALPHA, DEFAULT_THRESHOLD
 from benchlib.analysis.cost import PriceError, check_price, run_machines
 from benchlib.backends import not_installed_message
-from benchlib.config.jobs import DEFAULT_ENVIRONMENTS, DEFAULT_GRID, GPU_DEFAULT_ENVIRONMENTS, default_environments, default_run_dir, plan_run
+from benchlib.config.jobs import (
+    DEFAULT_ENVIRONMENTS, DEFAULT_GRID, GPU_DEFAULT_ENVIRONMENTS, available, default_environments, default_run_dir, load_parameter_file, plan_run,
+    resolve_parameter_file,
+)  # fmt: skip
 from benchlib.config.params import ParameterError
 from benchlib.launch.estimate import Remaining, estimate_run, max_run_minutes
 from benchlib.launch.execution import DEFAULT_MAX_RESTARTS
@@ -40,7 +46,7 @@ CLUSTER_FLAGS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line: `run`, `summary`, `compare`, `publish`, `cache` and `lab`."""
+    """The command line: `run`, `summary`, `compare`, `publish`, `cache`, `engines` and `lab`."""
     parser = argparse.ArgumentParser(prog="benchlib", description="Transformer inference benchmarks driven by papermill.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -103,6 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
     cache = commands.add_parser("cache", help="list the build cache (models' weights, exports, compiled models), or clear it")
     cache.add_argument("action", nargs="?", choices=("list", "clear"), default="list", help="list (default) or clear the entries")
     cache.add_argument("--older-than", type=float, metavar="DAYS", help="clear: only the entries not used for DAYS days")
+
+    engines = commands.add_parser("engines", help="install: make the Python environment of a serving engine that runs in one of its own (cpu-vllm)")
+    engines.add_argument("action", choices=("install",), help="install: make it once, under the build cache")
+    engines.add_argument("names", nargs="*", metavar="NAME", help="environments (names or .yaml paths); default: every shipped one that has its own")
 
     commands.add_parser("lab", help="start JupyterLab on notebooks/ (other arguments go to jupyter lab)")
     return parser
@@ -298,6 +308,55 @@ def command_cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def engine_venv(name: str) -> Any:
+    """The `Venv` of the environment `name` (None where its engine needs none); ParameterError for a file that is not a
+    serving engine's or whose options are wrong."""
+    from pydantic import ValidationError
+
+    from benchlib.backends.openai import OpenAIOptions
+
+    path = resolve_parameter_file(name, "environments")
+    values = load_parameter_file(path)
+    if values.get("framework") != "openai":
+        raise ParameterError(f"{name}: framework {values.get('framework', 'pytorch')!r} is not a serving engine's (openai)")
+    try:
+        return OpenAIOptions(**values.get("options", {})).own_venv
+    except ValidationError as exc:
+        raise ParameterError(f"{name}: options: {'; '.join(error['msg'] for error in exc.errors())}") from None
+
+
+def command_engines_install(names: Sequence[str]) -> int:
+    """Make the own Python environment of each engine in `names` (default: every shipped environment that has one)."""
+    try:
+        chosen = list(names) or [name for name in available("environments") if engine_venv_or_none(name) is not None]
+        venvs = {name: engine_venv(name) for name in chosen}
+    except ParameterError as error:
+        print(error, file=sys.stderr)
+        return USAGE_ERROR
+    for name, venv in venvs.items():
+        if venv is None:
+            print(f"{name}: its engine runs in the kit's own Python; nothing to install")
+        elif venv.interpreter.exists():
+            print(f"{name}: {venv.folder} is made")
+        else:
+            print(f"{name}: making {venv.folder} ({venv.python}, pip install {' '.join(venv.requirements)}): several minutes", flush=True)
+            try:
+                venv.install()
+            except (OSError, subprocess.CalledProcessError) as error:
+                print(f"{name}: the engine's environment could not be made: {error}", file=sys.stderr)
+                return 1
+            print(f"{name}: {venv.folder} is made")
+    return 0
+
+
+def engine_venv_or_none(name: str) -> Any:
+    """`engine_venv`, or None for an environment that is not a serving engine's."""
+    try:
+        return engine_venv(name)
+    except ParameterError:
+        return None
+
+
 def command_cluster_certs(folder: Path) -> int:
     """Write a cluster's CA, certificates and keys into `folder` and print the commands that use them."""
     try:
@@ -347,6 +406,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return command_cache(args)
     if args.command == "cluster":
         return command_cluster_certs(args.folder)
+    if args.command == "engines":
+        return command_engines_install(args.names)
     if args.command == "publish":
         return 0 if publish_runs(args.run_dirs, args.out, progress=True) else USAGE_ERROR
     return command_run(args) if args.command == "run" else command_summary(args)

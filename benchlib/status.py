@@ -20,7 +20,8 @@ MEANINGS: dict[str, str] = {
     ERROR: "anything else went wrong, `reason` holds the message; also a measured cell whose output differs from eager PyTorch "
     "float32's beyond its precision's tolerance: its times are kept, but no table uses them",
     CRASHED: "the kernel died while measuring this cell, with no sign of running out of memory; `reason` names the signal and the "
-    "runtime that was measuring, or what papermill reported where no signal did",
+    "runtime that was measuring, or what papermill reported where no signal did; also a serving engine that died while serving the "
+    "cell, with the last lines of its log",
 }
 
 
@@ -34,3 +35,8 @@ def describe(exc: BaseException) -> str:
     if len(message) > 500:
         message = message[:497] + "..."
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+class Crashed(Exception):
+    """Raised where a process the cell was measured through died while measuring it (a serving engine): the cell is
+    `crashed`, with this reason."""

@@ -34,18 +34,19 @@ def save_bert(folder: Path, task: str = "feature-extraction", tokenizer: bool = 
     return folder
 
 
-def save_llama(folder: Path, tokenizer: bool = True, seed: int = 0) -> Path:
+def save_llama(folder: Path, tokenizer: bool = True, seed: int = 0, **overrides: int) -> Path:
     """A tiny Llama-architecture causal LM (grouped-query attention, SwiGLU, RMSNorm, rotary) in `folder`, with a
-    word-level tokenizer over the sample text."""
+    word-level tokenizer over the sample text; `overrides`: configuration values (vLLM's CPU kernels need a head of 64)."""
     import tokenizers
     import torch
     import transformers
 
     vocab = {token: index for index, token in enumerate(["<unk>", "<s>", "</s>", *words()])}
-    config = transformers.LlamaConfig(
-        vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        max_position_embeddings=512, bos_token_id=1, eos_token_id=2, tie_word_embeddings=True,
-    )  # fmt: skip
+    values = {
+        "vocab_size": len(vocab), "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "max_position_embeddings": 512, "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": True,
+    }  # fmt: skip
+    config = transformers.LlamaConfig(**{**values, **overrides})
     torch.manual_seed(seed)
     transformers.LlamaForCausalLM(config).save_pretrained(folder)
     if tokenizer:

@@ -142,8 +142,14 @@ def build_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     else:
         os.environ[CACHE_VARIABLE] = previous
 
-# Every CPU environment shipped in parameters/environments/: the study's four and today's backends.
-CPU_ENVIRONMENTS = [name for name in available("environments") if name.startswith("cpu-")]
+
+def _engine(name: str) -> bool:
+    """Whether environment `name` is a serving engine's (framework openai): it generates only, tested on its own."""
+    return yaml.safe_load((PARAMETERS_DIR / "environments" / f"{name}.yaml").read_text(encoding="utf-8")).get("framework") == "openai"
+
+
+# Every CPU environment shipped in parameters/environments/ that runs in the kernel: the study's four and today's backends.
+CPU_ENVIRONMENTS = [name for name in available("environments") if name.startswith("cpu-") and not _engine(name)]
 
 RunCli = Callable[..., subprocess.CompletedProcess]
 

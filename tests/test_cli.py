@@ -31,7 +31,8 @@ def test_shipped_parameter_files_all_validate(tmp_path: Path) -> None:
              "cpu-openvino", "cpu-openvino-bf16", "cpu-openvino-int8", "gpu-torch-compile", "gpu-pytorch-fp16", "gpu-pytorch-bf16",
              "gpu-pytorch-tf32", "gpu-pytorch-flash-attention", "gpu-torch-compile-cudagraphs", "gpu-torch-compile-max-autotune",
              "gpu-onnxruntime", "gpu-onnxruntime-tensorrt"]  # fmt: skip
-    assert environments == sorted(study + today)
+    engines = ["cpu-transformers-serve", "cpu-vllm"]  # serving engines, started by the kit
+    assert environments == sorted(study + today + engines)
     for grid, models in (("quick", 4), ("quick-all", 10), ("article", 10), ("today", 4), ("smoke", 14)):
         jobs = plan_run(tmp_path, grid, environments)
         assert [job.name for job in jobs] == environments
@@ -93,11 +94,11 @@ def test_bad_parameters_are_reported_one_line_each_before_anything_runs(tmp_path
         plan_run(tmp_path, "smoke", ["cpu-pytorch", bogus, "cpu-nope"])
     lines = str(error.value).splitlines()
     assert any("'cpu-nope' not found" in line and "cpu-tensorflow-xla" in line for line in lines)
-    assert any(line.startswith("cpu-bogus: framework: must be one of onnxruntime, openvino, pytorch, tensorflow") and str(bogus) in line for line in lines)
+    assert any(line.startswith("cpu-bogus: framework: must be one of onnxruntime, openai, openvino, pytorch, tensorflow") and str(bogus) in line for line in lines)
 
     run_dir = tmp_path / "run"
     assert main(["run", "--grid", "smoke", "--environments", f"cpu-pytorch,{bogus}", "--out", str(run_dir), "--no-summary"]) == 2
-    assert "cpu-bogus: framework: must be one of onnxruntime, openvino, pytorch, tensorflow" in capsys.readouterr().err
+    assert "cpu-bogus: framework: must be one of onnxruntime, openai, openvino, pytorch, tensorflow" in capsys.readouterr().err
     assert main(["run", "--grid", "smoke", "--params", str(typo), "--out", str(run_dir), "--no-summary"]) == 2
     assert "repaet: unknown parameter" in capsys.readouterr().err
     assert main(["run", "--grid", "nope", "--out", str(run_dir)]) == 2

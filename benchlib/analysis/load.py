@@ -34,7 +34,7 @@ from benchlib.store.layout import environment_dirs
 from benchlib.store.results import CELL_SCENARIO, MLPERF_PERCENTILE, judged_percentile, read_results
 from benchlib.workloads.agreement import AGREEMENT_BAR
 
-SCENARIO_ORDER: tuple[str, ...] = ("single-stream", "multi-stream", "server", "offline")
+SCENARIO_ORDER: tuple[str, ...] = ("single-stream", "multi-stream", "server", "offline", "concurrency")
 # Per scenario: the table's column (a latency's with its percentile: `figure_column`), how a row gives it, and whether
 # more is better.
 FIGURES: dict[str, tuple[str, str, bool]] = {
@@ -42,6 +42,7 @@ FIGURES: dict[str, tuple[str, str, bool]] = {
     "multi-stream": ("multi_stream_p{}_ms", "latency", False),
     "server": ("server_max_qps", "max_qps", True),
     "offline": ("offline_samples_per_s", "samples_per_s", True),
+    "concurrency": ("knee_tokens_per_s", "tokens_per_s", True),  # a serving engine's sweep: tokens per second at its knee
 }
 # When generating: per scenario, the table's extra columns and the row's column each takes (seconds become ms).
 TOKEN_FIGURES: dict[str, tuple[tuple[str, str], ...]] = {
@@ -195,6 +196,7 @@ def fastest_per_scenario(table: pd.DataFrame) -> pd.DataFrame:
 SCENARIO_WORDS: dict[str, str] = {
     "single-stream": "one request at a time (single-stream)", "multi-stream": "a query of several samples at a time (multi-stream)",
     "server": "requests arriving at random (server)", "offline": "every request at once (offline)",
+    "concurrency": "more requests in flight until tokens per second stop rising (concurrency)",
 }  # fmt: skip
 
 
@@ -220,6 +222,8 @@ def figure_text(scenario: str, column: str, figure: float, bound: str = "") -> s
         return f"serves {figure:.4g} requests/s {bound or 'under the latency bound'}"
     if scenario == "offline":
         return f"{figure:.4g} samples/s"
+    if scenario == "concurrency":
+        return f"{figure:.4g} tokens/s at its knee"
     return f"{figure:.3g} ms at the {_percentile(column)} percentile"
 
 

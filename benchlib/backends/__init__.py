@@ -76,6 +76,8 @@ class BackendSettings:
     seed: int = 0
     cache_dir: Path | None = None  # the build cache (store/cache.py); None: BENCHLIB_CACHE or the user's cache directory
     workload: str = "forward"  # what the cells call: "forward" (one forward pass) or "generate" (`Backend.generator`)
+    output_dir: Path | None = None  # the environment's folder in the run (where a serving engine's log is kept)
+    environment: str = ""  # the environment's name
 
     def make(self, backend_class: type[Any]) -> Any:
         """An instance of the dataclass `backend_class`, given each of these settings it has a field for."""
@@ -398,14 +400,15 @@ def apply_thread_environment(num_threads: int | None) -> None:
 def load_backend(
     framework: str, mode: str, device: str = "cpu", num_threads: int | str | None = None, num_interop_threads: int | None = None,
     precision: str = "float32", options: dict[str, Any] | None = None, seed: int = 0, cache_dir: Path | None = None,
-    workload: str = "forward",
+    workload: str = "forward", output_dir: Path | None = None, environment: str = "",
 ) -> Backend:  # fmt: skip
     """Make the backend `framework` for `mode` on `device` (this imports its framework), or an `UnavailableBackend`
     when a distribution it requires is not installed.
 
     `num_threads` sizes the intra-op pools (an integer, "cores" or None for the framework's default),
     `num_interop_threads` the inter-op pools (None: the framework's default); `options` are the
-    backend's own parameters (validated by its options model); `workload` what its models are built for.
+    backend's own parameters (validated by its options model); `workload` what its models are built for; `output_dir`
+    and `environment` the environment's folder in the run and its name (a serving engine keeps its log there).
     """
     info = backend_info(framework)
     if mode not in info.modes:
@@ -418,7 +421,8 @@ def load_backend(
     apply_thread_environment(threads)
     settings = BackendSettings(
         mode=mode, device=device, precision=precision, options=info.options(**(options or {})), num_threads=threads,
-        num_interop_threads=num_interop_threads, seed=seed, cache_dir=cache_dir, workload=workload,
+        num_interop_threads=num_interop_threads, seed=seed, cache_dir=cache_dir, workload=workload, output_dir=output_dir,
+        environment=environment,
     )  # fmt: skip
     missing = {name: value for name, value in info.kernel_environment(settings.options).items() if os.environ.get(name) != value}
     if missing:

@@ -20,7 +20,9 @@ WORKLOADS: tuple[str, ...] = ("forward", "generate")  # one forward pass (the st
 GENERATE_TASK = "causal-lm"
 # How calls arrive: one at a time as the study timed them (`cell`), or under load as MLPerf defines it, driven by LoadGen.
 CELL = "cell"
-LOAD_SCENARIOS: tuple[str, ...] = ("single-stream", "multi-stream", "server", "offline")
+# `concurrency` is a serving engine's sweep of requests in flight (measure/concurrency.py), beside LoadGen's scenarios.
+CONCURRENCY = "concurrency"
+LOAD_SCENARIOS: tuple[str, ...] = ("single-stream", "multi-stream", "server", "offline", CONCURRENCY)
 # The percentiles a load scenario's latency may be judged at (LoadGen prints both; the results have a column for each).
 LATENCY_PERCENTILES: tuple[int, ...] = (90, 99)
 SCENARIOS: tuple[str, ...] = (CELL, *LOAD_SCENARIOS)
@@ -82,14 +84,17 @@ class BenchmarkParams(BaseModel):
     # workers that batch up to `max_batch` requests of one length, waiting at most `batch_timeout_ms` for more.
     scenario: list[Literal[SCENARIOS]] = Field(  # type: ignore[valid-type]
         default_factory=lambda: [CELL], min_length=1,
-        description="How calls arrive: cell (one at a time, as the study timed them), or any of MLPerf's single-stream, multi-stream, server, offline.",
+        description=(
+            "How calls arrive: cell (one at a time, as the study timed them), or any of MLPerf's single-stream, multi-stream, server, "
+            "offline; a serving engine's concurrency (1, 2, 4, ... requests in flight up to streams)."
+        ),
     )  # fmt: skip
     request_lengths: list[StrictInt] | None = Field(
         default=None, description=f"A load scenario: its requests' lengths in tokens (null: {', '.join(map(str, DEFAULT_REQUEST_LENGTHS))})."
     )
     max_batch: StrictInt = Field(default=8, ge=1, description="A load scenario: requests of one length batched together, at most.")
     batch_timeout_ms: float = Field(default=2.0, ge=0, description="Server: how long a batch waits for more requests of its length.")
-    streams: StrictInt = Field(default=1, ge=1, description="A load scenario: workers serving the queue, the threads divided among them.")
+    streams: StrictInt = Field(default=1, ge=1, description="A load scenario: workers serving the queue, the threads divided among them (a serving engine: requests in flight).")
     latency_bound_ms: float = Field(default=100.0, gt=0, description="Server: the bound on latency at latency_percentile.")
     # At 90, early stopping needs about a tenth of the queries it needs at 99.
     latency_percentile: Literal[LATENCY_PERCENTILES] | None = Field(  # type: ignore[valid-type]
@@ -335,9 +340,14 @@ def load_scenario(values: Any) -> Any:
         return values
     if CELL in scenario:
         raise ValueError("scenario: cell and the load scenarios are measured in grids of their own, not together")
+    if CONCURRENCY in scenario and (values.get("framework") != "openai" or not generate):
+        raise ValueError("scenario: concurrency sweeps the requests in flight to a serving engine (framework openai, workload generate)")
     if generate:
-        if values.get("streams", 1) not in (1, None):
-            raise ValueError("streams: a load scenario that generates is served by one stream (one model's generate at a time)")
+        if values.get("streams", 1) not in (1, None) and values.get("framework") != "openai":
+            raise ValueError(
+                "streams: a load scenario that generates is served by one stream (one model's generate at a time); only a serving "
+                "engine (framework openai) takes several requests in flight"
+            )
         missing = [bound for bound in ("ttft_bound_ms", "tpot_bound_ms") if values.get(bound) is None]
         if "server" in scenario and missing:
             raise ValueError(

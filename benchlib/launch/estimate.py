@@ -23,6 +23,7 @@ from typing import Any
 
 from benchlib.config.jobs import EnvironmentJob, round_schedule
 from benchlib.config.params import CELL, LOAD_SCENARIOS, BenchmarkParams
+from benchlib.measure.concurrency import levels
 from benchlib.machine import cpu_flags, usable_cores
 from benchlib.config.tune import space_size, tune_space
 from benchlib.scenarios.loadgen import early_stopping_minimum
@@ -170,6 +171,10 @@ def scenario_cost(model: str, scenario: str, calls: CallModel) -> TestCost:
         rate = p.max_batch * p.streams / full_s
         queries, tests = p.min_query_count, 1
         seconds = max(p.min_duration_s, queries / rate)
+    elif scenario == "concurrency":  # at most one level of min_duration_s per power of two up to `streams`
+        tests = len(levels(p.streams))
+        rate, seconds = p.streams / full_s, tests * p.min_duration_s
+        queries = math.ceil(rate * seconds)
     else:
         queries = max(p.min_query_count, early_stopping_minimum(scenario, _percentile(p, scenario)))
         if scenario == "single-stream":

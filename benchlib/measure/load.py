@@ -92,7 +92,8 @@ def stream_calls(backend: Backend, model: Any, params: BenchmarkParams, samples:
 
 def generation_calls(backend: Backend, model: Any, params: BenchmarkParams, samples: list[np.ndarray]) -> list[StreamCall]:
     """The one stream's call that generates `new_tokens` tokens from a batch of prompts with a generator of its own,
-    calling `first_token()` from inside the generation loop at the first token; every shape generated once now.
+    calling `first_token()` from inside the generation loop at the first token; every shape generated once now. A serving
+    engine (`serves_concurrently`) gets `streams` of them: that many requests in flight, batched by the engine itself.
     `Unsupported` where the backend's generation cannot report its first token or compiles again for each prompt."""
     shapes = shape_ids(params, samples)
     probe = generate.prepare_generator(backend, model, backend.as_inputs(shapes[0]))
@@ -116,7 +117,7 @@ def generation_calls(backend: Backend, model: Any, params: BenchmarkParams, samp
 
     for ids in shapes:
         call(ids)
-    return [call]
+    return [call] * (params.streams if getattr(backend, "serves_concurrently", False) else 1)
 
 
 def agreement_columns(
@@ -169,6 +170,8 @@ def report_columns(report: LoadReport, env_dir: Path) -> Columns:
         **{f"latency_{p}_s": report.latency_s(p) for p in ("p50", "p90", "p99")},
         "latency_percentile": report.percentile or "", "loadgen_log": str(report.folder.relative_to(env_dir)), **tokens,
         **(report.serving.row_fields() if report.serving is not None else {}),
+        **({"goodput": report.goodput} if report.goodput is not None else {}),
+        **({"client_share": report.client_share} if report.client_share is not None else {}),
     }  # fmt: skip
 
 
@@ -232,6 +235,17 @@ def invalid_reason(report: LoadReport, runs: int = 1) -> str:
     return f"LoadGen: INVALID ({unmet})" + (f", still after {runs} runs following its advice" if runs > 1 else "")
 
 
+def goodput(requests: Sequence[tuple[float, float | None]], ttft_bound_ms: float | None, tpot_bound_ms: float | None) -> float | None:
+    """The share of `requests` ((TTFT, TPOT) seconds each; TPOT None for one token) that met both bounds (a bound not
+    given is met); None without requests."""
+    if not requests:
+        return None
+    ttft_s = np.inf if ttft_bound_ms is None else ttft_bound_ms / 1000
+    tpot_s = np.inf if tpot_bound_ms is None else tpot_bound_ms / 1000
+    met = [ttft <= ttft_s and (tpot is None or tpot <= tpot_s) for ttft, tpot in requests]
+    return float(np.mean(met))
+
+
 Retried = Callable[[LoadReport, Interference | None, str], None]  # a try run again, and why
 
 
@@ -279,8 +293,16 @@ class ScenarioRun:
         while True:
             if self.meter is not None:
                 self.meter.start()
+            requests = getattr(self.backend, "requests", None)  # a serving engine's client keeps each request's times
+            if requests is not None:
+                requests.clear()
             with self.monitor.polling() if self.monitor is not None else contextlib.nullcontext():
                 report = run_loadgen(settings, self.samples, self.calls, self.params.max_batch, self.batch_timeout_s(settings.scenario), folder())
+            if requests:
+                ceiling = (getattr(self.backend, "ceiling", None) or {}).get("requests_per_s")
+                rate = report.figure("Samples per second") or report.figure("Completed samples per second")
+                share = rate / ceiling if ceiling and rate is not None else None
+                report = dataclasses.replace(report, goodput=goodput(requests, self.params.ttft_bound_ms, self.params.tpot_bound_ms), client_share=share)
             interference = self.meter.stop() if self.meter is not None else None
             if interference is not None and self.monitor is not None:
                 interference = dataclasses.replace(interference, device=self.monitor.end())

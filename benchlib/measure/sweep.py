@@ -19,8 +19,9 @@ from benchlib.backends import (
 )
 from benchlib.config.catalogue import ModelSpec
 from benchlib.config.models import checkpoint_digest, has_tokenizer
-from benchlib.config.params import CELL, BenchmarkParams, validate_params
+from benchlib.config.params import CELL, CONCURRENCY, BenchmarkParams, validate_params
 from benchlib.machine import usable_cores
+from benchlib.measure.concurrency import measure_concurrency
 from benchlib.measure.flops import analytic_flops, has_formula
 from benchlib.measure.device_state import DeviceMonitor, make_monitor
 from benchlib.measure.generation import GenerationMeasurement, measure_generation
@@ -158,7 +159,10 @@ def measure_load_cell(
         if "failure" in serving:
             return serving["failure"]
         run = serving["run"]
-        state, reason, columns, interference = measure_scenario(run, scenario, attempt, emit_trial, first_trial)
+        if scenario == CONCURRENCY:
+            state, reason, columns, interference = measure_concurrency(run, attempt, emit_trial, first_trial)
+        else:
+            state, reason, columns, interference = measure_scenario(run, scenario, attempt, emit_trial, first_trial)
         if serving.get("quality") is not None and not run.generating and "served" not in serving:
             serving["served"] = accuracy_under_load(run, serving["quality"], env_dir, spec, params)
         columns = {**columns, **serving.get("served", {})}
@@ -223,13 +227,15 @@ def raise_if_interrupted(exc: BaseException) -> None:
 
 
 def failure(exc: Exception, params: BenchmarkParams, peak_resident: int | None = None) -> tuple[str, None, str]:
-    """(status, None, reason) of a failed cell: `unsupported` where the backend says it cannot run the model,
-    `oom` for an allocator's error, or for any error raised while the process is at `memory_limit_gb`
+    """(status, None, reason) of a failed cell: `unsupported` where the backend says it cannot run the model, `crashed`
+    where a process it measured through died (a serving engine), `oom` for an allocator's error, or for any error raised while the process is at `memory_limit_gb`
     (TensorFlow reports some failed allocations under other names). A full disk is no cell's failure: it is raised
     as a DiskFullError, which stops the sweep (a row recorded for it would keep the cell from being measured again)."""
     raise_if_disk_full(exc, Path(params.output_dir))
     if isinstance(exc, status.Unsupported):
         return status.UNSUPPORTED, None, str(exc)
+    if isinstance(exc, status.Crashed):
+        return status.CRASHED, None, str(exc)
     if is_out_of_memory(exc):
         return status.OOM, None, status.describe(exc)
     why = at_memory_limit(params.memory_limit_gb, peak_resident)
@@ -398,7 +404,8 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
 
     backend = load_backend(
         params.framework, params.mode, params.device, stream_threads(params), params.num_interop_threads,
-        precision=params.precision, options=params.options, seed=params.seed, workload=params.workload,
+        precision=params.precision, options=params.options, seed=params.seed, workload=params.workload, output_dir=output_dir,
+        environment=params.environment,
     )  # fmt: skip
     meter, monitor = make_meter(), make_monitor(params.device)
     description = describe_environment(params.model_dump(), backend.settings(), backend.versions(), versions_of(params.framework))

@@ -87,6 +87,9 @@ class LoadReport:
     advice: tuple[str, ...] = ()  # LoadGen's recommendations, as it prints them
     served: int = 0  # the samples the serving loop completed in the test
     serving: ServingStats | None = None  # what the serving loop did: batch sizes, queue waits, call times
+    # a serving engine's: the share of requests that met both token bounds, by the client's own clock (None elsewhere)
+    goodput: float | None = None
+    client_share: float | None = None  # a serving engine's: the rate served over the kit's client's own ceiling
 
     @property
     def unmet(self) -> list[str]:

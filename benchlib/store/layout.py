@@ -7,6 +7,7 @@
                              kernel.log, in_flight.json, .lock, results.cutoff.txt, results.<timestamp>.csv
 <run>/<environment>/loadgen_logs/<model>/<scenario>[.round<N>][.attempt<N>][.trial<N>]/
                              mlperf_log_summary.txt, mlperf_log_detail.txt (LoadGen's own logs of a load scenario)
+<run>/<environment>/engine_logs/<model>.log   a serving engine's own output while it served the model
 ```
 """
 
@@ -39,6 +40,7 @@ LOADGEN_DIR = "loadgen_logs"
 LOADGEN_SUMMARY = "mlperf_log_summary.txt"
 LOADGEN_DETAIL = "mlperf_log_detail.txt"
 LOADGEN_ACCURACY = "mlperf_log_accuracy.json"  # LoadGen's accuracy mode: each response's bytes, by sample
+ENGINE_LOGS_DIR = "engine_logs"
 ACCURACY_TEST = "accuracy_test"  # the folder of a model's accuracy test under load, beside its scenarios'
 
 
@@ -80,6 +82,11 @@ def loadgen_folder(env_dir: PathLike, model: str, scenario: str, round_number: i
     parts = [scenario, *([f"round{round_number}"] if round_number > 1 else []), *([f"attempt{attempt}"] if attempt > 1 else [])]
     parts += [f"trial{trial}"] if trial is not None else []
     return Path(env_dir) / LOADGEN_DIR / file_stem(model) / ".".join(parts)
+
+
+def engine_log(env_dir: PathLike, model: str) -> Path:
+    """Where a serving engine started for `model` writes its own output: engine_logs/<model>.log."""
+    return Path(env_dir) / ENGINE_LOGS_DIR / f"{file_stem(model)}.log"
 
 
 def host_file(path: Path, host: str) -> Path:

@@ -44,6 +44,10 @@ COLUMNS: tuple[str, ...] = (
     "gpu_memory_bytes", "gpu_throttle", "slowed", "energy_j", "energy_unit", "energy_source", "gpu_busy_s", "gpu_busy", "launch_bound",
     # A load test's serving loop: the mean batch size, the queue wait of a batch's oldest request and the call's time.
     "served_batch_mean", "served_queue_wait_p50_s", "served_queue_wait_p99_s", "served_call_p50_s", "served_call_p99_s",
+    # A serving engine under load: the share of requests that met both token bounds, and the rate served over the kit's
+    # client's own ceiling (environment.json's client_ceiling).
+    "goodput", "client_share",
+    "concurrency", "knee",  # the concurrency sweep: a level's requests in flight; the scenario's row: the knee's
 )  # fmt: skip
 # Columns that hold a JSON list of seconds per sample, read back as lists.
 SAMPLE_COLUMNS: tuple[str, ...] = ("samples_s", "ttft_samples_s", "tpot_samples_s")

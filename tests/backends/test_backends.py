@@ -122,7 +122,8 @@ def test_each_backends_extra_installs_what_it_requires():
         assert not set(info.requires) & core, info.framework
     assert extras["cluster"] == set(CLUSTER_DISTRIBUTIONS) and not extras["cluster"] & core  # Dask, and cryptography for `cluster certs`
     assert extras["loadgen"] == {LOADGEN_DISTRIBUTION} and not extras["loadgen"] & core  # the load scenarios' (scenarios/loadgen.py)
-    assert [Requirement(line) for line in project["optional-dependencies"]["all"]] == [Requirement("benchlib[cluster,loadgen,onnxruntime,openvino,tensorflow,tune]")]
+    assert [Requirement(line) for line in project["optional-dependencies"]["all"]] == [Requirement("benchlib[cluster,loadgen,onnxruntime,openvino,serving,tensorflow,tune]")]
+    assert extras["serving"] == {"transformers"}  # with its serving extra: the engine of cpu-transformers-serve, in its own process
     assert "torch==2.13.0" in project["dependencies"]  # any other torch specifier downloads a multi-GB CUDA build
 
 
@@ -135,7 +136,7 @@ def test_validation_derives_frameworks_precisions_devices_and_options_from_the_r
     assert {"pytorch", "tensorflow", "onnxruntime", "openvino"} <= set(frameworks())
     assert modes("pytorch") == ("eager", "torchscript", "compile")
     problems = {
-        "framework": (dict(framework="onnx", mode="session"), "framework: must be one of onnxruntime, openvino, pytorch, tensorflow, not "),
+        "framework": (dict(framework="onnx", mode="session"), "framework: must be one of onnxruntime, openai, openvino, pytorch, tensorflow, not "),
         "precision": (dict(framework="onnxruntime", mode="session", precision="bfloat16"), "precision for onnxruntime must be one of float32, int8"),
         "device": (dict(framework="openvino", mode="compiled", device="cuda"), "openvino runs on cpu here, not 'cuda'"),
         "options": (dict(framework="pytorch", mode="eager", options={"attn_implementation": "flash"}), "attn_implementation: Input should be 'eager' or 'sdpa'"),

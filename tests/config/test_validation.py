@@ -14,7 +14,7 @@ from benchlib.paths import PROJECT_ROOT
 
 CASES = {
     "unknown model": ({"models": ["bert-large"]}, "models: unknown model bert-large: not in the catalogue, not a folder and not a Hub id (owner/name); the catalogue has: gpt2, bert-base-cased"),
-    "unknown framework": ({"framework": "jax"}, "framework: must be one of onnxruntime, openvino, pytorch, tensorflow, not 'jax'"),
+    "unknown framework": ({"framework": "jax"}, "framework: must be one of onnxruntime, openai, openvino, pytorch, tensorflow, not 'jax'"),
     "unknown mode": ({"mode": "jit"}, "mode: mode for pytorch must be one of eager, torchscript, compile, not 'jit'"),
     "mode the framework lacks": ({"mode": "xla"}, "mode: mode for pytorch must be one of eager, torchscript, compile, not 'xla'"),
     "unknown device": ({"device": "tpu"}, "device: must be cpu, cuda or cuda:N, not 'tpu'"),
@@ -43,7 +43,7 @@ CASES = {
 }
 # The same, on a load scenario's grid (load-smoke).
 LOAD_CASES = {
-    "unknown scenario": ({"scenario": "burst"}, "scenario.0: Input should be 'cell', 'single-stream', 'multi-stream', 'server' or 'offline'"),
+    "unknown scenario": ({"scenario": "burst"}, "scenario.0: Input should be 'cell', 'single-stream', 'multi-stream', 'server', 'offline' or 'concurrency'"),
     "cell beside a load scenario": ({"scenario": ["cell", "offline"]}, "scenario: cell and the load scenarios are measured in grids of their own, not together"),
     "sequence lengths under load": ({"sequence_lengths": [8]}, "sequence_lengths: a load scenario takes request_lengths (the lengths of its requests), not sequence_lengths"),
     "batch sizes under load": ({"batch_sizes": [2]}, "batch_sizes: a load scenario batches its requests itself, up to max_batch; give max_batch"),

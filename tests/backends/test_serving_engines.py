@@ -1,0 +1,228 @@
+"""Serving engines as environments (the `openai` backend): `transformers serve` started by the kit on a tiny Llama folder,
+timed through streamed requests with its tokens compared with eager PyTorch float32's, and stopped; and what goes wrong
+(an engine that cannot start, one that dies while serving, a missing environment of its own), each a row or one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+
+from benchlib.analysis.load import load_rows, scenario_table
+from benchlib.backends import load_backend
+from benchlib.backends._engine import ENGINES_VARIABLE, Venv, start_engine
+from benchlib.measure.sweep import run_environment
+from benchlib.paths import PARAMETERS_DIR
+from benchlib.status import CRASHED, ERROR, OK, UNSUPPORTED
+from benchlib.store.layout import engine_log
+from tests.checkpoints import save_llama
+
+GRID = {"workload": "generate", "batch_sizes": [1], "prompt_lengths": [8], "new_tokens": 4, "warmup": 1, "repeat": 3, "max_cell_seconds": 20, "remeasure": 0}
+LOAD = {
+    "workload": "generate", "scenario": ["server", "offline", "concurrency"], "request_lengths": [8], "new_tokens": 4, "max_batch": 1, "streams": 4,
+    "ttft_bound_ms": 2000, "tpot_bound_ms": 500, "latency_percentile": 90, "min_duration_s": 2.0, "min_query_count": 8, "max_trials": 2,
+    "remeasure": 0,
+}  # fmt: skip
+
+
+def environment(name: str) -> dict[str, Any]:
+    return yaml.safe_load((PARAMETERS_DIR / "environments" / f"{name}.yaml").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_llama(tmp_path_factory.mktemp("engine-model") / "llama")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, llama: Path) -> Path:
+    """One run of cpu-transformers-serve on the tiny Llama folder (the engine started and stopped by the kit)."""
+    output_dir = tmp_path_factory.mktemp("served") / "cpu-transformers-serve"
+    run_environment({**environment("cpu-transformers-serve"), "models": [str(llama)], **GRID, "output_dir": str(output_dir)}, progress=False)
+    return output_dir
+
+
+@pytest.mark.e2e
+def test_transformers_serve_is_timed_and_agrees_with_eager_float32(served: Path, llama: Path) -> None:
+    from benchlib.store.results import read_results
+
+    rows = read_results(served)
+    assert list(rows["status"]) == [OK], rows["reason"].tolist()
+    row = rows.iloc[0]
+    assert row["environment"] == "cpu-transformers-serve" and row["framework"] == "openai" and row["workload"] == "generate"
+    assert 0 < row["ttft_s"] < row["generate_s"] and row["tpot_s"] > 0 and row["token_clock"] == "each step"
+    assert row["token_agreement"] == 1.0  # a float32 engine on a float32 model makes eager float32's tokens
+    log = engine_log(served, str(llama))
+    assert log.is_file() and "transformers_cli serve" in log.read_text()
+    started = [line.removeprefix("$ ") for line in log.read_text().splitlines() if line.startswith("$ ")]
+    assert started and all("--port" in command for command in started)  # one engine per build (a cell measured again builds again)
+    assert not [p for p in psutil.process_iter(["cmdline"]) if " ".join(p.info["cmdline"] or ()) in started]  # each stopped
+
+
+@pytest.mark.e2e
+def test_transformers_serve_under_load_has_goodput_a_knee_and_the_clients_ceiling(tmp_path: Path, llama: Path) -> None:
+    """LoadGen's server and offline scenarios through the asynchronous client, four requests in flight: VALID, with the
+    share of requests that met both bounds, the rate's share of the client's ceiling (recorded in environment.json), and
+    the served tokens in agreement with eager float32's; the concurrency sweep: a trial row per level, the knee named."""
+    from benchlib.store.results import read_results
+
+    output_dir = tmp_path / "cpu-transformers-serve"
+    rows = run_environment({**environment("cpu-transformers-serve"), "models": [str(llama)], **LOAD, "output_dir": str(output_dir)}, progress=False)
+    rows = rows.set_index("scenario")
+    assert set(rows["status"]) == {OK} and rows["valid"].all(), rows["reason"].tolist()
+    trials = read_results(output_dir, trials=True)
+    levels = trials[(trials["scenario"] == "concurrency") & trials["trial"].notna()]
+    assert list(levels["concurrency"]) == [1, 2, 4][: len(levels)] and len(levels) >= 2
+    knee = rows.loc["concurrency", "knee"]
+    assert knee in set(levels["concurrency"]) and rows.loc["concurrency", "reason"].startswith(("at ", "every level up to 4"))
+    by_level = levels.set_index("concurrency")["tokens_per_s"]
+    assert rows.loc["concurrency", "tokens_per_s"] == by_level[knee] and (by_level[by_level.index <= knee].diff().dropna() > 0).all()
+    assert rows.loc["server", "max_qps"] > 0 and 0 < rows.loc["server", "ttft_s"] < 2 and rows.loc["server", "tpot_s"] < 0.5
+    assert ((rows["goodput"] >= 0) & (rows["goodput"] <= 1)).all() and rows.loc["server", "goodput"] >= 0.9  # judged at the 90th percentile
+    ceiling = json.loads((output_dir / "environment.json").read_text())["threads"]["client_ceiling"]
+    assert ceiling["requests_per_s"] > 0 and ceiling["tokens_per_s"] == ceiling["requests_per_s"] * ceiling["tokens"]
+    served = rows["tokens_per_s"] / LOAD["new_tokens"]  # requests per second
+    assert ((rows["client_share"] - served / ceiling["requests_per_s"]).abs() < 0.05 * rows["client_share"]).all()
+    assert (rows["token_agreement"] == 1.0).all()
+    table = scenario_table(load_rows([tmp_path])).set_index("environment")  # the summary's table: the knee is the sweep's figure
+    assert table.loc["cpu-transformers-serve", "knee_tokens_per_s"] == rows.loc["concurrency", "tokens_per_s"]
+
+
+@pytest.mark.e2e
+@pytest.mark.full  # vLLM starts in minutes on a 2-core CPU: `make test-full` runs it where its environment is made
+def test_vllm_where_its_environment_is_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """cpu-vllm on a tiny Llama folder with heads of 64 (its CPU attention's smallest): ok, its tokens counted from its
+    token ids and usage, and in agreement with eager float32's. Skipped, with the environment's own line, where its
+    Python environment is not made (`benchlib engines install cpu-vllm`, minutes; never part of the suite's time): the
+    user's own (the tests' build cache is their own, but an engine's environment is read where the user made it)."""
+    import platformdirs
+
+    monkeypatch.setenv(ENGINES_VARIABLE, os.environ.get(ENGINES_VARIABLE) or str(Path(platformdirs.user_cache_dir("benchlib")) / "engines"))
+    vllm = environment("cpu-vllm")
+    why = load_backend("openai", "stream", options=vllm["options"], workload="generate", environment="cpu-vllm").unsupported()
+    if why is not None:
+        pytest.skip(why)
+    llama = save_llama(tmp_path / "llama64", hidden_size=128, num_attention_heads=2, num_key_value_heads=2, intermediate_size=256)
+    rows = run_environment({**vllm, "models": [str(llama)], **GRID, "output_dir": str(tmp_path / "cpu-vllm")}, progress=False)
+    assert list(rows["status"]) == [OK], rows["reason"].tolist()
+    assert rows.iloc[0]["ttft_s"] > 0 and rows.iloc[0]["tpot_s"] > 0 and rows.iloc[0]["token_agreement"] == 1.0
+
+
+DYING_ENGINE = r"""
+    import http.server, os, sys
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200); self.end_headers(); self.wfile.write(b"{}")
+
+        def do_POST(self):
+            if sys.argv[2] == "garbled":
+                self.rfile.read(int(self.headers["content-length"]))
+                self.send_response(200); self.send_header("content-length", "17"); self.end_headers()
+                self.wfile.write(b"data: <garbled>\n\n")
+                return
+            print("the engine fell over while generating", flush=True)
+            os._exit(7)
+
+    http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+"""
+
+
+@pytest.mark.e2e
+def test_an_engine_that_cannot_start_or_dies_gives_rows_and_the_run_goes_on(tmp_path: Path, llama: Path) -> None:
+    """An engine that exits before answering: each cell `error` with its own message; one that dies at its first request:
+    `crashed` with its log's last lines; one whose stream is not the API's: `error` saying what it sent; no process is
+    left either way."""
+    script = tmp_path / "dying_engine.py"
+    script.write_text(textwrap.dedent(DYING_ENGINE))
+    cases = {
+        "cannot-start": ("{python} -c \"import sys; print('cannot load {model}'); sys.exit(3)\"", ERROR, "exited with status 3 before answering"),
+        "dies": (f"{{python}} {script} {{port}} dies", CRASHED, "exited with status 7 while serving a request"),
+        "garbled": (f"{{python}} {script} {{port}} garbled", ERROR, "MalformedStream: an event of the stream is not JSON: '<garbled>'"),
+    }
+    for name, (command, expected, words) in cases.items():
+        output_dir = tmp_path / name
+        params = {"environment": name, "framework": "openai", "mode": "stream", "options": {"serve": command, "ready_timeout_s": 30}}
+        rows = run_environment({**params, "models": [str(llama)], **GRID, "batch_sizes": [1, 2], "output_dir": str(output_dir)}, progress=False)
+        assert list(rows["status"]) == [expected, expected], rows["reason"].tolist()
+        assert rows["reason"].str.contains(words, regex=False).all(), rows["reason"].tolist()
+        if name != "garbled":  # the engine's own words: the log's last lines
+            assert rows["reason"].str.contains("cannot load" if name == "cannot-start" else "fell over").all()
+        assert not [p for p in psutil.process_iter(["cmdline"]) if str(script) in " ".join(p.info["cmdline"] or ()) or "cannot load" in " ".join(p.info["cmdline"] or ())]
+
+
+def test_a_missing_venv_or_engine_is_one_line(tmp_path: Path) -> None:
+    """An engine of its own Python environment that is not made: every cell `unsupported` with the command that makes it;
+    an environment that names no engine, or both a URL and a command: one line before anything starts."""
+    options = {"serve": "{python} -m vllm.entrypoints.openai.api_server --model {model}", "venv": ["no-such-engine==1.0"]}
+    backend = load_backend("openai", "stream", options=options, workload="generate", environment="cpu-engine")
+    assert backend.unsupported() == (
+        f"the engine's own Python environment is not made ({Venv(('no-such-engine==1.0',)).folder}): run `python -m benchlib engines install cpu-engine`"
+    )
+    with pytest.raises(ValueError, match="needs url .* or serve"):
+        load_backend("openai", "stream", workload="generate")
+    with pytest.raises(ValueError, match="not both"):
+        load_backend("openai", "stream", options={"url": "http://127.0.0.1:1", "serve": "x"}, workload="generate")
+    forward = load_backend("openai", "stream", options={"url": "http://127.0.0.1:1"})
+    assert forward.unsupported() == "a serving engine generates: run it with workload: generate"
+
+
+def test_a_port_taken_first_is_tried_again_then_one_line(tmp_path: Path) -> None:
+    """A server that finds its port taken is started again on another; after PORT_TRIES, one line with its message."""
+    command = "{python} -c \"import sys; print('OSError: [Errno 98] Address already in use: {port}'); sys.exit(1)\""
+    with pytest.raises(RuntimeError, match="found its port taken 3 times: .*Address already in use") as raised:
+        start_engine(command, "model", "float32", tmp_path / "engine.log", 10)
+    ports = {line.rsplit(" ", 1)[-1] for line in (tmp_path / "engine.log").read_text().splitlines() if line.startswith("OSError")}
+    assert len(ports) == 3 and "\n" not in str(raised.value)
+
+
+@pytest.mark.e2e
+def test_engines_install_makes_the_venv_once(tmp_path: Path, run_cli_in_process, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`engines install FILE` makes the engine's own environment under the build cache (what pip installs, less what it
+    removes after), then says it is made; an environment that is not an engine's is one line."""
+    monkeypatch.delenv(ENGINES_VARIABLE, raising=False)  # the tests' own build cache, never the user's engines
+    file = tmp_path / "cpu-engine.yaml"
+    options = {"serve": "{python} -m engine --port {port}", "venv": ["six", "idna"], "venv_python": sys.executable, "venv_remove": ["idna"]}
+    file.write_text(yaml.safe_dump({"environment": "cpu-engine", "framework": "openai", "mode": "stream", "options": options}))
+    code, out, err = run_cli_in_process(["engines", "install", str(file)])
+    venv = Venv(("six", "idna"), sys.executable, ("idna",))
+    assert code == 0 and f"{venv.folder} is made" in out, err
+    imports = subprocess.run([str(venv.interpreter), "-c", "import six; import idna"], capture_output=True, text=True)
+    assert "No module named 'idna'" in imports.stderr
+    assert load_backend("openai", "stream", options=options, workload="generate").unsupported() is None
+    code, out, _ = run_cli_in_process(["engines", "install", str(file)])
+    assert code == 0 and out.strip() == f"{file}: {venv.folder} is made"
+    code, _, err = run_cli_in_process(["engines", "install", "cpu-pytorch"])
+    assert code == 2 and err.strip() == "cpu-pytorch: framework 'pytorch' is not a serving engine's (openai)"
+
+
+@pytest.mark.e2e
+def test_a_url_engine_with_an_api_key_that_no_output_holds(tmp_path: Path, llama: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`url:` a running server (here a loopback one that streams four tokens of id 1 at once), its API key read from the
+    variable `api_key_env` names: the cell is timed, its tokens compared (they are not eager float32's), and the key is
+    in no file of the run."""
+    from benchlib.backends._ceiling import INSTANT_SERVER
+    from benchlib.backends._engine import answers, free_port, stop_group
+
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-c", INSTANT_SERVER, str(port), "4"], start_new_session=True)
+    try:
+        while not answers(f"http://127.0.0.1:{port}", timeout_s=0.5):
+            assert server.poll() is None
+        monkeypatch.setenv("ENGINE_KEY", "key-that-stays-secret")
+        options = {"url": f"http://127.0.0.1:{port}", "api_key_env": "ENGINE_KEY", "model_name": "instant", "stream_usage": False}
+        params = {"environment": "remote", "framework": "openai", "mode": "stream", "options": options}
+        rows = run_environment({**params, "models": [str(llama)], **GRID, "output_dir": str(tmp_path / "remote")}, progress=False)
+    finally:
+        stop_group(server)
+    assert list(rows["status"]) == [OK], rows["reason"].tolist()
+    assert rows.iloc[0]["ttft_s"] > 0 and rows.iloc[0]["token_agreement"] < 1
+    assert not [path for path in (tmp_path / "remote").rglob("*") if path.is_file() and "key-that-stays-secret" in path.read_text(errors="replace")]
