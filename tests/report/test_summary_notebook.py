@@ -134,7 +134,7 @@ def test_summary_renders_html_tables_and_figures(smoke_run: Path, smoke_models: 
     assert set(pd.read_csv(run / "tables" / "fraction_of_peak.csv")["environment"]) == measured
 
     executed = nbformat.read(run / "summary.ipynb", as_version=4)
-    assert executed.metadata.papermill.parameters == {"run_dirs": [str(run)], "output_dir": str(run)}
+    assert executed.metadata.papermill.parameters == {"run_dirs": [str(run)], "output_dir": str(run), "prices": None}
     # What is shared names no path of this machine: the run lies outside the kit (under tmp_path), so it is named by its name.
     assert "Runs: <code>run</code>" in page and str(tmp_path) not in page
     assert [path.name for path in (run / "tables").glob("*.csv") if str(tmp_path) in path.read_text(encoding="utf-8")] == []
