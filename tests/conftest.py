@@ -131,8 +131,7 @@ def made_once(folder: Path) -> Iterator[bool]:
 @pytest.fixture(scope="session", autouse=True)
 def build_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A build cache of this test session's own (BENCHLIB_CACHE, inherited by every process the tests start): the
-    user's cache is never read or written, and each session starts cold. Each worker has its own: inductor's cache
-    written by two processes at once has once given a compiled GPT-2 whose output was NaN, not seen since alone."""
+    user's cache is never read or written, and each session starts cold. Each worker has its own."""
     folder = tmp_path_factory.mktemp("build-cache")
     previous = os.environ.get(CACHE_VARIABLE)
     os.environ[CACHE_VARIABLE] = str(folder)
