@@ -224,12 +224,16 @@ def _run_cli(*args: str, timeout: float = RUN_TIMEOUT_S, env: dict[str, str] | N
         reader.start()
     try:
         process.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGINT)
+    except BaseException as stopped:  # the limit, or the suite itself interrupted: the run has its own session, so pass it on
+        with contextlib.suppress(ProcessLookupError):  # it may have ended meanwhile
+            os.killpg(process.pid, signal.SIGINT)
+        if not isinstance(stopped, subprocess.TimeoutExpired):
+            raise
         try:
             process.wait(timeout=STOP_GRACE_S)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
             process.wait()
         for reader in readers:
             reader.join(timeout=5)
