@@ -46,9 +46,9 @@ def generate_run(
     run_dir = tmp_path_factory.mktemp("generate-run")
     models = ["distilgpt2", str(user_models["llama"])]
     full = request.config.getoption("full")
-    groups = {",".join(models_of(environment, models, full)): [] for environment in GENERATING}
+    groups: dict[str, list[str]] = {}  # the models given, and the environments given them
     for environment in GENERATING:
-        groups[",".join(models_of(environment, models, full))].append(environment)
+        groups.setdefault(",".join(models_of(environment, models, full)), []).append(environment)
     for number, (names, environments) in enumerate(groups.items(), start=1):
         summary = [] if number == len(groups) else ["--no-summary"]
         completed = run_cli(
