@@ -1,7 +1,7 @@
 """A run on this machine: the benchmark notebook executed once per environment and round, each in a fresh
 kernel, one after another (`launch.execution`; a tune's points and confirmation: `launch.tune`); the machine's
-limits are measured first. Each environment writes into `<run>/<env>/`: the executed notebook of each round
-(the record), `results.csv` and `environment.json`.
+limits are measured first (or reused: those measured today on this machine). Each environment writes into
+`<run>/<env>/`: the executed notebook of each round (the record), `results.csv` and `environment.json`.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import functools
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from benchlib.config.jobs import EnvironmentJob, round_schedule, rounds_of
 from benchlib.launch.estimate import Remaining
@@ -21,7 +22,7 @@ from benchlib.measure.device_state import ENERGY_SOURCES, make_monitor
 from benchlib.paths import BENCHMARK_NOTEBOOK, LIMITS_NOTEBOOK
 from benchlib.store.disk import raise_if_disk_full
 from benchlib.store.layout import KERNEL_LOG, TUNE_DIR, TUNE_TABLE, limits_notebook, results_path
-from benchlib.store.limits import read_limits
+from benchlib.store.limits import keep_limits, limits_key, read_limits, reuse_limits
 from benchlib.store.results import rows_written
 
 
@@ -72,7 +73,8 @@ def needs_machine_limits(jobs: Sequence[EnvironmentJob]) -> bool:
 def measure_machine_limits(jobs: Sequence[EnvironmentJob], notebook: Path = LIMITS_NOTEBOOK, report: Callable[[str], None] = print) -> None:
     """The machine's limits (peak GEMM rate, memory bandwidth) for each device of the run, measured once per run:
     `notebooks/machine_limits.ipynb` in a fresh kernel, with the thread count of the device's first environment,
-    into `<run>/machine_limits.json` (its record: `<run>/machine_limits.<device>.ipynb`). A failure is reported
+    into `<run>/machine_limits.json` (its record: `<run>/machine_limits.<device>.ipynb`); or the limits measured the
+    same way today on this machine, kept in the build cache (`store.limits.reuse_limits`). A failure is reported
     and the run goes on; the summary then leaves the roofline out. A full disk raises a DiskFullError."""
     first = {job.params.device: job for job in reversed(jobs)}
     for device, job in reversed(first.items()):
@@ -81,6 +83,10 @@ def measure_machine_limits(jobs: Sequence[EnvironmentJob], notebook: Path = LIMI
             continue
         start = time.perf_counter()
         run_dir.mkdir(parents=True, exist_ok=True)
+        key = limits_key(device, job.params.num_threads)
+        if (limits := reuse_limits(run_dir, device, key)) is not None:
+            report(f"machine limits ({device}): {describe_roofs(limits)}, measured at {limits['measured_at']} on this machine (reused; `benchlib cache clear` measures them again)")
+            continue
         try:
             parameters = {"device": device, "num_threads": job.params.num_threads, "output_dir": str(run_dir)}
             execute_notebook(notebook, limits_notebook(run_dir, device), parameters, run_dir / KERNEL_LOG)
@@ -88,11 +94,13 @@ def measure_machine_limits(jobs: Sequence[EnvironmentJob], notebook: Path = LIMI
             raise_if_disk_full(exc, run_dir)
             report(f"machine limits ({device}): not measured ({describe_failure(exc)}); the summary leaves the roofline out")
             continue
-        limits = read_limits(run_dir, device) or {}
-        report(
-            f"machine limits ({device}): float32 peak {limits.get('float32_flops_per_s', 0) / 1e9:.0f} GFLOP/s, "
-            f"bandwidth {limits.get('bandwidth_bytes_per_s', 0) / 1e9:.1f} GB/s, in {format_duration(time.perf_counter() - start)}"
-        )
+        keep_limits(run_dir, device, key)
+        report(f"machine limits ({device}): {describe_roofs(read_limits(run_dir, device) or {})}, in {format_duration(time.perf_counter() - start)}")
+
+
+def describe_roofs(limits: dict[str, Any]) -> str:
+    """'float32 peak 216 GFLOP/s, bandwidth 28.3 GB/s'."""
+    return f"float32 peak {limits.get('float32_flops_per_s', 0) / 1e9:.0f} GFLOP/s, bandwidth {limits.get('bandwidth_bytes_per_s', 0) / 1e9:.1f} GB/s"
 
 
 def report_energy_counters(jobs: Sequence[EnvironmentJob], report: Callable[[str], None] = print) -> None:

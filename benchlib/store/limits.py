@@ -1,13 +1,20 @@
-"""machine_limits.json: the machine's measured roofs, per device, in the run folder."""
+"""machine_limits.json: the machine's measured roofs, per device, in the run folder; and those measured today on this
+machine, kept in the build cache for later runs."""
 
 from __future__ import annotations
 
+import datetime
+import hashlib
 import json
+import os
+import platform
+import shutil
 from pathlib import Path
 from typing import Any
 
+from benchlib.store import cache
 from benchlib.store.environment import write_json
-from benchlib.store.layout import LIMITS_FILE
+from benchlib.store.layout import LIMITS_FILE, limits_notebook
 
 
 def write_limits(run_dir: str | Path, limits: dict[str, Any]) -> Path:
@@ -32,3 +39,50 @@ def read_limits(run_dir: str | Path, device: str | None = None) -> dict[str, Any
 def parse_limits(data: bytes) -> dict[str, Any]:
     """The limits by device in the bytes of a machine_limits.json (a worker's, sent to the client)."""
     return json.loads(data)
+
+
+# Limits measured on this machine today are reused by later runs (the build cache's `limits` entries): the same
+# machine, CPUs, thread setting, code-path caps, torch and way of measuring give the same roofs, and measuring them
+# again costs a fresh kernel and several seconds of full load per run. A disturbed measurement is never kept.
+LIMITS_KIND = "limits"
+CODE_PATH_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "CUDA_VISIBLE_DEVICES")
+
+
+def limits_key(device: str, num_threads: int | str | None) -> dict[str, Any]:
+    """What the limits of `device` measured by this process's kernels depend on: the machine and its CPUs (GPUs), the
+    CPUs this process may use, the thread setting, the code-path caps in force, torch, the measuring code, the day."""
+    from benchlib.machine import cpu_model, gpus, package_version
+    from benchlib.measure import peak
+
+    return {
+        "device": device, "hostname": platform.node(), "cpu": cpu_model(), "gpus": gpus() if device.startswith("cuda") else [],
+        "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "num_threads": num_threads, "caps": {name: os.environ.get(name) for name in CODE_PATH_VARIABLES},
+        "torch": package_version("torch"), "method": hashlib.sha256(Path(peak.__file__).read_bytes()).hexdigest()[:16],
+        "day": datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
+    }  # fmt: skip
+
+
+def reuse_limits(run_dir: str | Path, device: str, key: dict[str, Any]) -> dict[str, Any] | None:
+    """The limits kept in the build cache for `key`, written into `run_dir` (marked `reused`, with the record of their
+    measurement beside them), or None where none are kept."""
+    found = cache.find(LIMITS_KIND, device.replace(":", "-"), key)
+    if found is None:
+        return None
+    limits = {**parse_limits((found.path / LIMITS_FILE).read_bytes())[device], "reused": True}
+    shutil.copyfile(found.path / limits_notebook(".", device).name, limits_notebook(run_dir, device))
+    write_limits(run_dir, limits)
+    return limits
+
+
+def keep_limits(run_dir: str | Path, device: str, key: dict[str, Any]) -> None:
+    """Keep the limits of `device` just measured into `run_dir` for later runs, unless their measurement was disturbed."""
+    limits = read_limits(run_dir, device)
+    if limits is None or limits.get("disturbed") or limits.get("reused"):
+        return
+
+    def make(folder: Path) -> None:
+        write_json(folder / LIMITS_FILE, {device: limits})
+        shutil.copyfile(limits_notebook(run_dir, device), folder / limits_notebook(".", device).name)
+
+    cache.artefact(LIMITS_KIND, device.replace(":", "-"), key, make)
