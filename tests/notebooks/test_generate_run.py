@@ -37,17 +37,34 @@ def models_of(environment: str, models: list[str], full: bool) -> list[str]:
     return models if full or environment != COMPILED_ONCE else models[1:]
 
 
+# OpenVINO's bfloat16 and int8 generate through cpu-openvino's path (the same export, another precision hint or its
+# weights compressed), and reduced precision's agreement is checked on cpu-pytorch-bf16: `make test-full` runs them.
+FULL_ONLY = ("cpu-openvino-bf16", "cpu-openvino-int8")
+
+
+def environments_of(full: bool) -> list[str]:
+    """The generating environments of this test's run."""
+    return [environment for environment in GENERATING if full or environment not in FULL_ONLY]
+
+
+@pytest.fixture(scope="module")
+def environments(request: pytest.FixtureRequest) -> list[str]:
+    return environments_of(request.config.getoption("full"))
+
+
 @pytest.fixture(scope="module")
 def generate_run(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, run_cli: RunCli, network_blocked: NetworkBlock, user_models: dict[str, Path]
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, run_cli: RunCli, network_blocked: NetworkBlock,
+    user_models: dict[str, Path], environments: list[str],
 ) -> Path:
-    """The generate run: every generating environment on both models, but torch.compile on the Llama folder alone
-    (`models_of`), in two `benchlib run` calls into one run folder, the second making the summary of both."""
+    """The generate run: every generating environment (`make test`: but FULL_ONLY's) on both models, but torch.compile
+    on the Llama folder alone (`models_of`), in two `benchlib run` calls into one run folder, the second making the
+    summary of both."""
     run_dir = tmp_path_factory.mktemp("generate-run")
     models = ["distilgpt2", str(user_models["llama"])]
     full = request.config.getoption("full")
     groups: dict[str, list[str]] = {}  # the models given, and the environments given them
-    for environment in GENERATING:
+    for environment in environments:
         groups.setdefault(",".join(models_of(environment, models, full)), []).append(environment)
     for number, (names, environments) in enumerate(groups.items(), start=1):
         summary = [] if number == len(groups) else ["--no-summary"]
@@ -60,22 +77,22 @@ def generate_run(
 
 
 @pytest.fixture(scope="module")
-def rows(generate_run: Path) -> pd.DataFrame:
-    return pd.concat([read_results(generate_run / environment) for environment in GENERATING], ignore_index=True)
+def rows(generate_run: Path, environments: list[str]) -> pd.DataFrame:
+    return pd.concat([read_results(generate_run / environment) for environment in environments], ignore_index=True)
 
 
 @pytest.mark.e2e
 def test_every_generating_environment_has_one_row_per_cell_ok_or_unsupported_with_a_reason(
-    rows: pd.DataFrame, user_models: dict[str, Path], request: pytest.FixtureRequest
+    rows: pd.DataFrame, user_models: dict[str, Path], request: pytest.FixtureRequest, environments: list[str]
 ) -> None:
     models = ["distilgpt2", str(user_models["llama"])]
-    expected = {environment: len(models_of(environment, models, request.config.getoption("full"))) * len(GRID["prompt_lengths"]) for environment in GENERATING}
+    expected = {environment: len(models_of(environment, models, request.config.getoption("full"))) * len(GRID["prompt_lengths"]) for environment in environments}
     assert rows.groupby("environment").size().to_dict() == expected
     crashed = accepted_crash(rows, str(user_models["llama"]))  # OpenVINO's known crash (tests/known_crashes.py)
     assert set(rows.loc[~crashed, "status"]) <= {OK, UNSUPPORTED} and rows.loc[rows["status"] != OK, "reason"].str.len().gt(0).all()
     assert set(rows["workload"]) == {"generate"} and set(rows["new_tokens"]) == {GRID["new_tokens"]} and set(rows["task"]) == {"causal-lm"}
     ok = rows[rows["status"] == OK].set_index(["environment", "model"])
-    for environment in set(GENERATING) - {"cpu-pytorch-bf16", "cpu-openvino-bf16"} - {"cpu-tensorflow", "cpu-tensorflow-xla"}:
+    for environment in set(environments) - {"cpu-pytorch-bf16", "cpu-openvino-bf16"} - {"cpu-tensorflow", "cpu-tensorflow-xla"}:
         assert list(ok.loc[environment].index) == models_of(environment, models, request.config.getoption("full")), environment  # the user's Llama too
     for environment in ("cpu-tensorflow", "cpu-tensorflow-xla"):  # transformers has GPT-2 in TensorFlow, not Llama
         assert list(ok.loc[environment].index) == ["distilgpt2"]
@@ -127,14 +144,16 @@ def test_the_summary_of_a_generate_run_has_the_generation_section(generate_run: 
 
 
 @pytest.mark.e2e
-def test_the_run_is_published_as_a_site_with_each_environments_executed_notebook(generate_run: Path, user_models: dict[str, Path]) -> None:
+def test_the_run_is_published_as_a_site_with_each_environments_executed_notebook(
+    generate_run: Path, user_models: dict[str, Path], environments: list[str]
+) -> None:
     """`benchlib run` publishes the run it made (`<run>/site`): each environment's executed notebook rendered with its
     code, its results beside it, the summary's findings on the run's page; every link resolves inside the site, and no
     file names the run's folder, the user's model folder or the kit's folder."""
     site = generate_run / SITE_DIR
     page = (site / generate_run.name / "index.html").read_text(encoding="utf-8")
     assert "Findings" in page and (generate_run / FINDINGS_FILE).read_text(encoding="utf-8").startswith("- ")
-    for environment in GENERATING:
+    for environment in environments:
         notebook = (site / generate_run.name / environment / "benchmark.html").read_text(encoding="utf-8")
         assert "run_environment" in notebook and f'href="{environment}/benchmark.html"' in page  # the code, and the link to it
         assert (site / generate_run.name / environment / "results.csv").is_file()
