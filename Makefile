@@ -24,8 +24,9 @@ TEST_TIMES := .test-times/$(shell date +%Y%m%d-%H%M%S).json
 BROWSER := /usr/bin/chromedriver
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-# The slowest type seen is a 2-core AMD EPYC with AVX2 only: one core of a faster CPU, both workers on it, with
-# PyTorch's kernels (and inductor's) and XLA held to AVX2, comes near it. oneDNN's own cap (ONEDNN_MAX_CPU_ISA=AVX2) is
+# The slowest type seen is a 2-core AMD EPYC with AVX2 only, whose cores do about half the work of a recent one's: one
+# worker on one core of a faster CPU (its two workers' work, one after the other), with PyTorch's kernels (and
+# inductor's) and XLA held to AVX2, comes near it. oneDNN's own cap (ONEDNN_MAX_CPU_ISA=AVX2) is
 # left out: OpenVINO's int8 kernels crash under it on an AVX-512 CPU, which no AVX2 machine does.
 AS_SLOWEST := ATEN_CPU_CAPABILITY=avx2 XLA_FLAGS=--xla_cpu_max_isa=AVX2 taskset -c 0
 
@@ -38,7 +39,7 @@ test: $(INSTALLED) $(BROWSER)
 	$(PY) -m pytest -n $(TEST_WORKERS) --durations=10 --test-times=$(TEST_TIMES) $(ARGS)
 
 test-as-slowest: $(INSTALLED) $(BROWSER)
-	$(AS_SLOWEST) $(PY) -m pytest -n $(TEST_WORKERS) --durations=10 --test-times=$(TEST_TIMES) $(ARGS)
+	$(AS_SLOWEST) $(PY) -m pytest -n 1 --durations=10 --test-times=$(TEST_TIMES) $(ARGS)
 
 test-full: $(INSTALLED) $(BROWSER)
 	$(PY) -m pytest -n $(TEST_WORKERS) --full $(ARGS)

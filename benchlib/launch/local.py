@@ -7,7 +7,11 @@ limits are measured first (or reused: those measured today on this machine). Eac
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import functools
+import hashlib
+import os
+import platform
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -18,11 +22,13 @@ from benchlib.launch.estimate import Remaining
 from benchlib.launch.execution import DEFAULT_MAX_RESTARTS, EnvironmentOutcome, run_job
 from benchlib.launch.notebook import describe_failure, execute_notebook
 from benchlib.launch.tune import Tune
+from benchlib.machine import cpu_model, gpus, package_version
+from benchlib.measure import peak
 from benchlib.measure.device_state import ENERGY_SOURCES, make_monitor
 from benchlib.paths import BENCHMARK_NOTEBOOK, LIMITS_NOTEBOOK
 from benchlib.store.disk import raise_if_disk_full
 from benchlib.store.layout import KERNEL_LOG, TUNE_DIR, TUNE_TABLE, limits_notebook, results_path
-from benchlib.store.limits import keep_limits, limits_key, read_limits, reuse_limits
+from benchlib.store.limits import keep_limits, read_limits, reuse_limits
 from benchlib.store.results import rows_written
 
 
@@ -96,6 +102,22 @@ def measure_machine_limits(jobs: Sequence[EnvironmentJob], notebook: Path = LIMI
             continue
         keep_limits(run_dir, device, key)
         report(f"machine limits ({device}): {describe_roofs(read_limits(run_dir, device) or {})}, in {format_duration(time.perf_counter() - start)}")
+
+
+# The switches that hold a library to fewer instruction sets (a rehearsal of a slower CPU) or hide GPUs: other roofs.
+CODE_PATH_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "CUDA_VISIBLE_DEVICES")
+
+
+def limits_key(device: str, num_threads: int | str | None) -> dict[str, Any]:
+    """What the limits of `device` measured by this process's kernels depend on: the machine and its CPUs (GPUs), the
+    CPUs this process may use, the thread setting, the code-path caps in force, torch, the measuring code, the day."""
+    return {
+        "device": device, "hostname": platform.node(), "cpu": cpu_model(), "gpus": gpus() if device.startswith("cuda") else [],
+        "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "num_threads": num_threads, "caps": {name: os.environ.get(name) for name in CODE_PATH_VARIABLES},
+        "torch": package_version("torch"), "method": hashlib.sha256(Path(peak.__file__).read_bytes()).hexdigest()[:16],
+        "day": datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
+    }  # fmt: skip
 
 
 def describe_roofs(limits: dict[str, Any]) -> str:

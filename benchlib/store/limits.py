@@ -3,11 +3,7 @@ machine, kept in the build cache for later runs."""
 
 from __future__ import annotations
 
-import datetime
-import hashlib
 import json
-import os
-import platform
 import shutil
 from pathlib import Path
 from typing import Any
@@ -45,22 +41,6 @@ def parse_limits(data: bytes) -> dict[str, Any]:
 # machine, CPUs, thread setting, code-path caps, torch and way of measuring give the same roofs, and measuring them
 # again costs a fresh kernel and several seconds of full load per run. A disturbed measurement is never kept.
 LIMITS_KIND = "limits"
-CODE_PATH_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "CUDA_VISIBLE_DEVICES")
-
-
-def limits_key(device: str, num_threads: int | str | None) -> dict[str, Any]:
-    """What the limits of `device` measured by this process's kernels depend on: the machine and its CPUs (GPUs), the
-    CPUs this process may use, the thread setting, the code-path caps in force, torch, the measuring code, the day."""
-    from benchlib.machine import cpu_model, gpus, package_version
-    from benchlib.measure import peak
-
-    return {
-        "device": device, "hostname": platform.node(), "cpu": cpu_model(), "gpus": gpus() if device.startswith("cuda") else [],
-        "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "num_threads": num_threads, "caps": {name: os.environ.get(name) for name in CODE_PATH_VARIABLES},
-        "torch": package_version("torch"), "method": hashlib.sha256(Path(peak.__file__).read_bytes()).hexdigest()[:16],
-        "day": datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
-    }  # fmt: skip
 
 
 def reuse_limits(run_dir: str | Path, device: str, key: dict[str, Any]) -> dict[str, Any] | None:

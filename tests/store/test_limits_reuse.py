@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from benchlib.launch.local import describe_roofs
+from benchlib.launch.local import describe_roofs, limits_key
 from benchlib.store.cache import CACHE_VARIABLE
 from benchlib.store.layout import limits_notebook
-from benchlib.store.limits import keep_limits, limits_key, read_limits, reuse_limits, write_limits
+from benchlib.store.limits import keep_limits, read_limits, reuse_limits, write_limits
 
 MEASURED = {"device": "cpu", "float32_flops_per_s": 2.16e11, "bandwidth_bytes_per_s": 2.83e10, "measured_at": "2026-12-05T10:00:00+00:00"}
 
