@@ -259,7 +259,8 @@ def test_a_gpu_that_torch_does_not_see_is_refused(monkeypatch):
 def fake_gpu(monkeypatch, synchronize=lambda device=None: None, capability: tuple[int, int] = (9, 0)) -> None:
     """A GPU that torch sees, with bfloat16 (an H100's compute capability unless told), whose tensors lie on the CPU."""
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
-    monkeypatch.setattr(machine_limits, "GPU_HEAT_S", 0.01)  # a real card's seconds of heating are not this test's
+    monkeypatch.setattr(machine_limits, "GPU_HEAT_S", 0.01)  # a real card's seconds of heating are not this test's,
+    monkeypatch.setattr(machine_limits, "GPU_SAMPLE_S", 0.005)  # nor its samples' length
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
