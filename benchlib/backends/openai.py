@@ -37,6 +37,7 @@ from benchlib.backends._engine import EngineProcess, Venv, answers, engine_flags
 from benchlib.backends._generate import Generator, StepClock
 from benchlib.backends._stream import Completion, StreamClient, gathered
 from benchlib.backends.pytorch import build_reference, reference_tokens, weights, weights_key
+from benchlib.machine import gpus
 from benchlib.status import Unsupported
 from benchlib.store.cache import ENTRY_FILE, artefact, cache_root
 from benchlib.store.layout import engine_log
@@ -199,6 +200,8 @@ class OpenAIBackend:
     def unsupported(self) -> str | None:
         if self.workload != "generate":
             return FORWARD
+        if self.device.startswith("cuda") and not gpus():  # before its environment: a GPU build is never made without a GPU
+            return f"device {self.device}: nvidia-smi finds no GPU on this machine, and this engine runs on one"
         venv = self.options.own_venv
         return venv.missing(self.environment or "ENVIRONMENT") if venv is not None else None
 

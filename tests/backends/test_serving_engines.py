@@ -262,6 +262,25 @@ def test_a_missing_venv_or_engine_is_one_line(tmp_path: Path) -> None:
     assert forward.unsupported() == "a serving engine generates: run it with workload: generate"
 
 
+
+def test_gpu_vllm_validates_and_without_a_gpu_is_unsupported_with_the_reason(tmp_path: Path, run_cli_in_process, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gpu-vllm (vLLM's GPU package in its own environment, device cuda) validates with its settings; where nvidia-smi
+    finds no GPU its cells are `unsupported` saying so, before its environment is looked for, and `engines install`
+    makes nothing: one line, or its skip among every engine's."""
+    from benchlib import machine
+
+    if machine.gpus():
+        pytest.skip("nvidia-smi finds a GPU here: gpu-vllm may run")
+    monkeypatch.setenv(ENGINES_VARIABLE, str(tmp_path / "engines"))  # a folder without any engine's environment
+    values = environment("gpu-vllm")
+    params = validate_params({**values, "models": ["gpt2"], **GRID, "output_dir": str(tmp_path)})
+    assert params.device == "cuda" and list(params.options["venv"]) == ["vllm==0.33.*"] and params.options["engine_args"] == {"gpu-memory-utilization": 0.8}
+    backend = load_backend("openai", "stream", device="cuda", options=values["options"], workload="generate", environment="gpu-vllm")
+    assert backend.unsupported() == "device cuda: nvidia-smi finds no GPU on this machine, and this engine runs on one"
+    code, out, err = run_cli_in_process(["engines", "install", "gpu-vllm"])
+    assert code == 2 and out == "" and err.strip() == "gpu-vllm: its engine runs on a CUDA GPU, and nvidia-smi finds none on this machine: its environment is not made"
+    assert not (tmp_path / "engines").exists()
+
 def test_a_port_taken_first_is_tried_again_then_one_line(tmp_path: Path) -> None:
     """A server that finds its port taken is started again on another; after PORT_TRIES, one line with its message."""
     command = "{python} -c \"import sys; print('OSError: [Errno 98] Address already in use: {port}'); sys.exit(1)\""
