@@ -326,13 +326,18 @@ def engine_venv(name: str) -> Any:
 
 
 def command_engines_install(names: Sequence[str]) -> int:
-    """Make the own Python environment of each engine in `names` (default: every shipped environment that has one)."""
+    """Make the own Python environment of each engine in `names` (default: every shipped environment that has one), but
+    an engine's on a GPU where nvidia-smi finds none (one line each; exit status 2 where it was named)."""
     try:
         chosen = list(names) or [name for name in available("environments") if engine_venv_or_none(name) is not None]
         venvs = {name: engine_venv(name) for name in chosen}
     except ParameterError as error:
         print(error, file=sys.stderr)
         return USAGE_ERROR
+    no_gpu = [name for name in venvs if venvs[name] is not None and engine_on_gpu(name) and not gpus()]
+    for name in no_gpu:  # the engine's package is a GPU build: never made where it cannot run
+        print(f"{name}: its engine runs on a CUDA GPU, and nvidia-smi finds none on this machine: its environment is not made", file=sys.stderr)
+        del venvs[name]
     for name, venv in venvs.items():
         if venv is None:
             print(f"{name}: its engine runs in the kit's own Python; nothing to install")
@@ -346,7 +351,12 @@ def command_engines_install(names: Sequence[str]) -> int:
                 print(f"{name}: the engine's environment could not be made: {error}", file=sys.stderr)
                 return 1
             print(f"{name}: {venv.folder} is made")
-    return 0
+    return USAGE_ERROR if names and no_gpu else 0
+
+
+def engine_on_gpu(name: str) -> bool:
+    """Whether environment `name` runs on a CUDA GPU."""
+    return str(load_parameter_file(resolve_parameter_file(name, "environments")).get("device", "cpu")).startswith("cuda")
 
 
 def engine_venv_or_none(name: str) -> Any:

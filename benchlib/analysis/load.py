@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from scipy import stats
 
 from benchlib import status
 from benchlib.analysis import significance
@@ -33,6 +34,7 @@ from benchlib.store.environment import read_environment
 from benchlib.store.layout import environment_dirs
 from benchlib.store.results import CELL_SCENARIO, MLPERF_PERCENTILE, judged_percentile, read_results
 from benchlib.workloads.agreement import AGREEMENT_BAR
+from benchlib.workloads.quality import CONFIDENCE, KEEPS, UNDECIDED, verdict
 
 SCENARIO_ORDER: tuple[str, ...] = ("single-stream", "multi-stream", "server", "offline", "concurrency")
 # Per scenario: the table's column (a latency's with its percentile: `figure_column`), how a row gives it, and whether
@@ -50,8 +52,9 @@ TOKEN_FIGURES: dict[str, tuple[tuple[str, str], ...]] = {
     "offline": (("offline_tokens_per_s", "tokens_per_s"),),
 }  # fmt: skip
 FASTEST_COLUMNS: tuple[str, ...] = (
-    "model", "scenario", "column", "fastest", "figure", "agreement", "environments", "fastest_keeping_99", "figure_keeping_99",
+    "model", "scenario", "column", "fastest", "figure", "agreement", "environments", "fastest_keeping_99", "figure_keeping_99", "undecided",
 )  # fmt: skip
+ENGINE_FRAMEWORK = "openai"  # a serving engine's rows (`backends/openai.py`)
 SPEEDUP_COLUMNS: tuple[str, ...] = (
     "model", "scenario", "environment", "baseline", "rounds", "speedup", "ci95_low", "ci95_high", "verdict", "agreement", "max_abs_diff",
     "no_valid_result",
@@ -123,11 +126,35 @@ def agreement_of(cells: pd.DataFrame) -> float:
     return 1.0 if BASELINE.select(cells) else _agreement(cells)
 
 
+def token_verdict(agreement: float, tokens: int) -> str:
+    """Token agreement against AGREEMENT_BAR (MLPerf's 99%), read from its exact binomial (Clopper-Pearson) interval over
+    the `tokens` compared: `keeps`, `below`, or `undecided` where too few tokens decide (with every token the same, fewer
+    than about 370); "" where none were compared."""
+    if pd.isna(agreement) or tokens < 1:
+        return ""
+    interval = stats.binomtest(round(agreement * tokens), tokens).proportion_ci(CONFIDENCE, method="exact")
+    return verdict(agreement, interval.low, interval.high, AGREEMENT_BAR)
+
+
+def agreement_verdict(cells: pd.DataFrame) -> str:
+    """A model's agreement verdict in one environment under load: `keeps` for the baseline itself; generated tokens'
+    from their interval (`token_verdict`, over a batch of `max_batch` prompts' `new_tokens`); otherwise its point decides
+    (a forward output's agreement has no interval)."""
+    value = agreement_of(cells)
+    if BASELINE.select(cells) or not (cells["workload"] == "generate").any():
+        return verdict(value, None, None, AGREEMENT_BAR)
+    compared = cells.assign(value=pd.to_numeric(cells["token_agreement"], errors="coerce")).dropna(subset=["value"])
+    if compared.empty:
+        return ""
+    lowest = compared.loc[compared["value"].idxmin()]
+    return token_verdict(float(lowest["value"]), int(lowest["batch_size"]) * int(lowest["new_tokens"]))
+
+
 def scenario_table(rows: pd.DataFrame) -> pd.DataFrame:
     """One line per environment and model: each scenario's figure (the median over its VALID rounds), `rounds`, the
-    `agreement` with eager PyTorch float32 (`agreement_of`), and `invalid`: the scenarios that LoadGen found INVALID in a
-    round, with its reason (for the server: no rate met the bound); when generating, the TOKEN_FIGURES too. An INVALID
-    result has no figure here: it is never ranked."""
+    `agreement` with eager PyTorch float32 (`agreement_of`) and its verdict against 99% (`agreement_verdict`), and
+    `invalid`: the scenarios that LoadGen found INVALID in a round, with its reason (for the server: no rate met the
+    bound); when generating, the TOKEN_FIGURES too. An INVALID result has no figure here: it is never ranked."""
     if rows.empty:
         return pd.DataFrame()
     rows = rows.assign(
@@ -147,6 +174,7 @@ def scenario_table(rows: pd.DataFrame) -> pd.DataFrame:
                 values = pd.to_numeric(generated.loc[generated["scenario"] == scenario, source], errors="coerce")
                 line[column] = values.median() * (1000 if column.endswith("_ms") else 1)
         line["agreement"] = agreement_of(cells)
+        line["agreement_verdict"] = agreement_verdict(cells)
         line["invalid"] = invalid_text(cells)
         lines.append(line)
     return pd.DataFrame(lines)
@@ -169,9 +197,10 @@ def _best(figures: pd.Series, scenario: str) -> str:
 
 def fastest_per_scenario(table: pd.DataFrame) -> pd.DataFrame:
     """Per model and scenario: the environment with the best VALID figure (the lowest latency, the highest rate), its
-    figure (in the unit of `scenario_table`'s column), its agreement and how many environments had one; and the best
-    whose agreement with eager PyTorch float32 is at least AGREEMENT_BAR (MLPerf's 99%; blank where none is). Models
-    measured in one environment are left out."""
+    figure (in the unit of `scenario_table`'s column), its agreement and how many environments had one; the best whose
+    agreement with eager PyTorch float32 keeps AGREEMENT_BAR (MLPerf's 99%, `agreement_verdict`; blank where none does);
+    and those faster whose verdict is `undecided`, never named the one that keeps. Models measured in one environment
+    are left out."""
     lines = []
     for model, group in table.groupby("model", sort=False):
         if len(group) < 2:
@@ -183,12 +212,15 @@ def fastest_per_scenario(table: pd.DataFrame) -> pd.DataFrame:
                 if figures.empty:
                     continue
                 best = _best(figures, scenario)
-                keeping = figures[indexed.loc[figures.index, "agreement"] >= AGREEMENT_BAR]
+                verdicts = indexed.loc[figures.index, "agreement_verdict"]
+                keeping = figures[verdicts == KEEPS]
                 kept = _best(keeping, scenario) if len(keeping) else ""
+                faster = figures if not kept else figures[(figures > keeping[kept]) if FIGURES[scenario][2] else (figures < keeping[kept])]
                 lines.append({
                     "model": model, "scenario": scenario, "column": column, "fastest": best, "figure": figures[best],
                     "agreement": indexed.loc[best, "agreement"], "environments": len(figures), "fastest_keeping_99": kept,
                     "figure_keeping_99": keeping[kept] if kept else float("nan"),
+                    "undecided": ", ".join(name for name in faster.index if verdicts[name] == UNDECIDED),
                 })  # fmt: skip
     return pd.DataFrame(lines, columns=list(FASTEST_COLUMNS))
 
@@ -245,12 +277,12 @@ def findings(table: pd.DataFrame, fastest: pd.DataFrame, speedups: pd.DataFrame,
     """The findings under load, from `scenario_table`, `fastest_per_scenario` and `scenario_speedups` (`bound`: the
     server's bound in words, `bound_text`): per model, one sentence with the answer and a table with a line per scenario
     (the fastest environment with a VALID result, its figure, speed-up over eager PyTorch float32 and agreement; the
-    fastest whose agreement keeps AGREEMENT_BAR, its figure and speed-up); a model measured in one environment, its
-    figures; then the INVALID results, which no ranking uses."""
+    fastest whose agreement keeps AGREEMENT_BAR, its figure and speed-up), naming those faster whose agreement is
+    undecided; a model measured in one environment, its figures; then the INVALID results, which no ranking uses."""
     sentences = []
     keeps = f"keeps {AGREEMENT_BAR:.0%} agreement with eager PyTorch float32"
     for model, lines in fastest.groupby("model", sort=False):
-        rows, best, kept = [], {}, {}
+        rows, best, kept, undecided = [], {}, {}, {}
         several = lines["scenario"].duplicated(keep=False)
         for (_, line), many in zip(lines.iterrows(), several):
             short = lambda figure: figure_text(line["scenario"], line["column"], figure, "").removeprefix("serves ").removesuffix(" under the latency bound")  # noqa: E731
@@ -258,6 +290,8 @@ def findings(table: pd.DataFrame, fastest: pd.DataFrame, speedups: pd.DataFrame,
             best[name], keeping = line["fastest"], line["fastest_keeping_99"]
             if keeping:
                 kept[name] = keeping
+            for waiting in filter(None, str(line["undecided"] or "").split(", ")):
+                undecided.setdefault(waiting, []).append(name)
             rows.append({
                 "scenario": name, "fastest": line["fastest"], "figure": short(line["figure"]),
                 "speed-up": _speedup_text(speedups, model, line["scenario"], line["fastest"]), "agreement": f"{line['agreement']:.5g}",
@@ -271,6 +305,9 @@ def findings(table: pd.DataFrame, fastest: pd.DataFrame, speedups: pd.DataFrame,
             sentence = f"Under load, for {model}, the fastest is {winners_text(best, 'in every scenario')}; the fastest that {keeps} is {winners_text(kept, 'in every scenario')}."
         else:
             sentence = f"Under load, for {model}, the fastest is {winners_text(best, 'in every scenario')}; no environment with a VALID result {keeps}."
+        if undecided:
+            waiting = "; ".join(f"{name} ({' and '.join(scenarios)})" for name, scenarios in undecided.items())
+            sentence += f" Faster, but too few tokens compared to tell whether it keeps 99% (undecided), so not named: {waiting}."
         if "server" in set(lines["scenario"]):
             sentence += f" A server's figure is the largest rate it served {bound or 'under the latency bound'}."
         sentences.append(sentence + "\n\n" + pd.DataFrame(rows).to_markdown(index=False))
@@ -286,6 +323,31 @@ def findings(table: pd.DataFrame, fastest: pd.DataFrame, speedups: pd.DataFrame,
     invalid = [f"{line.environment} for {line.model} ({line.invalid})" for line in table.itertuples() if line.invalid]
     if invalid:
         sentences.append("Not ranked, INVALID in LoadGen's judgement: " + "; ".join(invalid) + ".")
+    return sentences
+
+
+def overhead_sentences(rows: pd.DataFrame) -> list[str]:
+    """Per model and serving engine measured one request at a time (single-stream) beside eager PyTorch float32 in the
+    kit's process: the engine's time to first token minus the in-process one (medians of LoadGen's median over VALID
+    rounds), what the HTTP request and the engine add at one request."""
+    if rows.empty or "ttft_s" not in rows:
+        return []
+    single = rows[(rows["scenario"] == "single-stream") & (rows["workload"] == "generate")].assign(**ways(rows))
+    single = single[[is_valid(row) for _, row in single.iterrows()]].assign(ttft=lambda t: pd.to_numeric(t["ttft_s"], errors="coerce")).dropna(subset=["ttft"])
+    sentences = []
+    for model, group in single.groupby("model", sort=False):
+        baseline = BASELINE.select(group)[:1]
+        if not baseline:
+            continue
+        eager_ms = 1000 * group.loc[group["environment"] == baseline[0], "ttft"].median()
+        for environment, cells in group[group["framework"] == ENGINE_FRAMEWORK].groupby("environment", sort=False):
+            engine_ms = 1000 * cells["ttft"].median()
+            difference = engine_ms - eager_ms
+            sentences.append(
+                f"At one request (single-stream), {environment}'s time to first token for {model} is {abs(difference):.3g} ms "
+                f"{'above' if difference >= 0 else 'below'} {baseline[0]}'s in the kit's process ({engine_ms:.3g} ms against "
+                f"{eager_ms:.3g} ms): what the HTTP request and the engine {'add' if difference >= 0 else 'save'}."
+            )
     return sentences
 
 

@@ -1,7 +1,8 @@
 """A serving engine's process, as the `openai` backend starts it: its command line (`{model}`, `{port}`, `{dtype}` and
-`{python}` substituted) run in a process group of its own on a free loopback port, its output written to a log file,
-ready once `/v1/models` or `/health` answers, and stopped (the whole group: SIGTERM, then SIGKILL) when its model is done,
-when the kernel exits, and, should the kernel be killed, by the system (the parent-death signal of its first process).
+`{python}` substituted, the engine's own settings appended as flags) run in a process group of its own on a free
+loopback port, its output written to a log file, ready once `/v1/models` or `/health` answers, and stopped (the whole
+group: SIGTERM, then SIGKILL) when its model is done, when the kernel exits, and, should the kernel be killed, by the
+system (the parent-death signal of its first process).
 
 An engine that needs its own Python (`venv:` in its environment file) runs from a virtual environment under the build
 cache, made once by `benchlib engines install NAME` (`engine_venv`, `install_venv`)."""
@@ -17,8 +18,10 @@ import subprocess
 import sys
 import time
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -158,11 +161,36 @@ def stop_group(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
-def engine_command(template: str, model: str, port: int, dtype: str, python: str) -> list[str]:
-    """The engine's command line: `template` split as a shell would, with {model}, {port}, {dtype} and {python} substituted."""
+def engine_flags(settings: Mapping[str, Any]) -> list[str]:
+    """The engine's own settings as flags: `--name value`; true is `--name` alone, false `--no-name` (argparse's and
+    vLLM's spelling); None is left out (the engine's default)."""
+    flags = []
+    for name, value in settings.items():
+        if value is True:
+            flags.append(f"--{name}")
+        elif value is False:
+            flags.append(f"--no-{name}")
+        elif value is not None:
+            flags += [f"--{name}", str(value)]
+    return flags
+
+
+def template_flags(template: str) -> set[str]:
+    """The names of the flags a command line gives (`--max_num_seqs` and `--max-num-seqs` both as `max-num-seqs`)."""
+    return {flag_name(part[2:].partition("=")[0]) for part in shlex.split(template) if part.startswith("--")}
+
+
+def flag_name(name: str) -> str:
+    """A flag's name as engines read it: underscores and dashes alike."""
+    return name.replace("_", "-")
+
+
+def engine_command(template: str, model: str, port: int, dtype: str, python: str, settings: Mapping[str, Any] | None = None) -> list[str]:
+    """The engine's command line: `template` split as a shell would, with {model}, {port}, {dtype} and {python}
+    substituted, then its own `settings` as flags (`engine_flags`)."""
     values = {"model": model, "port": str(port), "dtype": dtype, "python": python}
     try:
-        return [part.format(**values) for part in shlex.split(template)]
+        return [part.format(**values) for part in shlex.split(template)] + engine_flags(settings or {})
     except KeyError as exc:
         raise ValueError(f"serve: {{{exc.args[0]}}} is not a placeholder; the command may use {{model}}, {{port}}, {{dtype}} and {{python}}") from None
 
@@ -180,16 +208,17 @@ def answers(base_url: str, timeout_s: float = 2.0) -> bool:
 
 def start_engine(
     template: str, model: str, dtype: str, log: Path, ready_timeout_s: float, python: str = sys.executable, env: dict[str, str] | None = None,
-    unset: tuple[str, ...] = (),
+    unset: tuple[str, ...] = (), settings: Mapping[str, Any] | None = None,
 ) -> EngineProcess:  # fmt: skip
     """Start the engine of `template` for the model folder `model` and wait until it answers (`ready_timeout_s`). An engine
     that ends before then, or does not answer in time, is stopped and raised as a RuntimeError with its log's last lines
     (its own message: a model it cannot load, a missing package); a port taken first is tried again on another; a command
-    that cannot run at all is `Unsupported`. It inherits this process's environment, less `unset`, with `env`."""
+    that cannot run at all is `Unsupported`. It inherits this process's environment, less `unset`, with `env`; the engine's
+own `settings` are flags after the command (`engine_command`)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     for _ in range(PORT_TRIES):
         port = free_port()
-        command = engine_command(template, model, port, dtype, python)
+        command = engine_command(template, model, port, dtype, python, settings)
         with open(log, "ab") as output:
             output.write(f"$ {shlex.join(command)}\n".encode())
             output.flush()

@@ -4,7 +4,8 @@ call is a streamed request, made by the kit's asynchronous client (`_stream`), a
 `url:` reaches a running server (an API key read from the environment variable `api_key_env` names, never written to the
 outputs; TLS verified); `serve:` is the command line that starts the engine (`_engine`): in a process group of its own
 on a free loopback port, with the model's folder (`{model}`), the port (`{port}`), the precision (`{dtype}`) and the
-Python of its own environment where it has one (`{python}`, `venv:`), stopped when its model is done. The kit's prompts
+Python of its own environment where it has one (`{python}`, `venv:`), the engine's own settings appended as flags
+(`engine_args`) and its environment variables set (`engine_env`), stopped when its model is done. The kit's prompts
 are sent as token ids where the engine takes them (`prompt: token_ids`) or as their text, and through `/v1/completions`
 or `/v1/chat/completions` (`api: chat`, with a chat template that renders the prompt as it is: the kit serves the
 folder with one). Each request asks for exactly `new_tokens` tokens (`exact_tokens`: vLLM's `ignore_eos` and
@@ -19,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 import weakref
 from collections.abc import Callable, Sequence
@@ -27,14 +29,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, model_validator
 
 from benchlib.backends import THREAD_VARIABLES, BackendInfo, BackendSettings, register
 from benchlib.backends._ceiling import client_ceiling
-from benchlib.backends._engine import EngineProcess, Venv, answers, start_engine
+from benchlib.backends._engine import EngineProcess, Venv, answers, engine_flags, flag_name, start_engine, template_flags
 from benchlib.backends._generate import Generator, StepClock
 from benchlib.backends._stream import Completion, StreamClient, gathered
 from benchlib.backends.pytorch import build_reference, reference_tokens, weights, weights_key
+from benchlib.machine import gpus
 from benchlib.status import Unsupported
 from benchlib.store.cache import ENTRY_FILE, artefact, cache_root
 from benchlib.store.layout import engine_log
@@ -50,6 +53,9 @@ DYING_S = 2.0  # how long a failed request waits for the engine to be seen ended
 NEITHER = "options: an openai environment needs url (a running server) or serve (the command that starts the engine)"
 # what every engine the kit starts runs with: offline, as the kit is (the model is a local folder), and no TensorFlow
 ENGINE_ENVIRONMENT = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "USE_TF": "0", "USE_TORCH": "1"}
+FLAG_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")
+VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+SETTING_TYPES = (str, int, float, bool, type(None))  # an engine setting's value (None: the engine's default)
 
 
 class OpenAIOptions(BaseModel):
@@ -73,6 +79,34 @@ class OpenAIOptions(BaseModel):
     model_name: str | None = None  # the model to ask for; default: the folder served, or the first of a URL's /v1/models
     ready_timeout_s: float = 600.0  # how long a started engine has to answer
     request_timeout_s: float = 600.0
+    # the engine's own settings, flags after `serve` ({max-num-seqs: 4} is --max-num-seqs 4: `_engine.engine_flags`), and
+    # the environment variables it starts with (VLLM_CPU_KVCACHE_SPACE); each key a tune's knob (`engine_args.max-num-seqs`)
+    engine_args: dict[str, Any] = {}
+    engine_env: dict[str, Any] = {}
+
+    @field_validator("engine_args")
+    @classmethod
+    def _flags(cls, engine_args: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        serve = info.data.get("serve")
+        given = template_flags(serve) if serve else set()
+        for name, value in engine_args.items():
+            if not FLAG_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not a flag's name: give it without its dashes (max-num-seqs)")
+            if flag_name(name) in given:
+                raise ValueError(f"{name}: the serve command gives --{name} already: set it in one place")
+            if not isinstance(value, SETTING_TYPES):
+                raise ValueError(f"{name}: {value!r} is not one value (a number, a word, true or false)")
+        return engine_args
+
+    @field_validator("engine_env")
+    @classmethod
+    def _variables(cls, engine_env: dict[str, Any]) -> dict[str, Any]:
+        for name, value in engine_env.items():
+            if not VARIABLE_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not an environment variable's name")
+            if isinstance(value, bool) or not isinstance(value, SETTING_TYPES):
+                raise ValueError(f"{name}: {value!r} is not one value (a number or a word)")
+        return engine_env
 
     @model_validator(mode="after")
     def _one_source(self) -> OpenAIOptions:
@@ -80,9 +114,14 @@ class OpenAIOptions(BaseModel):
             raise ValueError(f"give either url (a running server) or serve (the command that starts the engine), not both: {NEITHER}")
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise ValueError(f"url must start with http:// or https://, not {self.url!r}")
-        if self.venv and self.serve is None:
-            raise ValueError("venv makes the Python environment of an engine the kit starts: it needs serve")
+        for name, given in (("venv", self.venv), ("engine_args", self.engine_args), ("engine_env", self.engine_env)):
+            if given and self.serve is None:
+                raise ValueError(f"{name} is for an engine the kit starts: it needs serve")
         return self
+
+    def variables(self) -> dict[str, str]:
+        """The environment the engine starts with: the kit's (`ENGINE_ENVIRONMENT`), then `engine_env`'s (None: left out)."""
+        return {**ENGINE_ENVIRONMENT, **{name: str(value) for name, value in self.engine_env.items() if value is not None}}
 
     @property
     def own_venv(self) -> Venv | None:
@@ -161,6 +200,8 @@ class OpenAIBackend:
     def unsupported(self) -> str | None:
         if self.workload != "generate":
             return FORWARD
+        if self.device.startswith("cuda") and not gpus():  # before its environment: a GPU build is never made without a GPU
+            return f"device {self.device}: nvidia-smi finds no GPU on this machine, and this engine runs on one"
         venv = self.options.own_venv
         return venv.missing(self.environment or "ENVIRONMENT") if venv is not None else None
 
@@ -194,7 +235,10 @@ class OpenAIBackend:
             log = engine_log(self.output_dir or cache_root() / "engines", spec.name)
             python = str(venv.interpreter) if venv is not None else sys.executable
             # the kernel's thread counts are its own (divided among its streams): the engine's threads are the engine's
-            engine = start_engine(self.options.serve, str(folder), self.precision, log, self.options.ready_timeout_s, python, ENGINE_ENVIRONMENT, THREAD_VARIABLES)
+            engine = start_engine(
+                self.options.serve, str(folder), self.precision, log, self.options.ready_timeout_s, python, self.options.variables(), THREAD_VARIABLES,
+                self.options.engine_args,
+            )  # fmt: skip
             base_url = engine.base_url
         else:
             assert self.options.url is not None
@@ -375,6 +419,16 @@ def _first_model(client: StreamClient) -> str:
     return client.run(listed())
 
 
+def knob_words(knob: str, value: Any) -> str:
+    """A tune's knob as the engine is given it: a flag (`engine_args.max-num-seqs`) or an environment variable."""
+    table, _, key = knob.partition(".")
+    if value is None:
+        return f"{key or knob}: the engine's default (not given)"
+    if table == "engine_args":
+        return " ".join(engine_flags({key: value}))
+    return f"{key}={value}" if table == "engine_env" else f"{knob}: {value}"
+
+
 def make(settings: BackendSettings) -> OpenAIBackend:
     """The backend of an environment that names its engine (a ValueError where it names none)."""
     options = settings.options
@@ -394,5 +448,6 @@ INFO = register(
         make=make,
         model_class="pytorch",
         versions=("httpx",),  # the client's (a core dependency); the engine's own are its process's
+        knob_words=knob_words,
     )
 )

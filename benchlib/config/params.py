@@ -260,7 +260,7 @@ class BenchmarkParams(BaseModel):
         try:
             return backend_info(framework).options(**options).model_dump()
         except ValidationError as error:
-            problems = "; ".join(f"{'.'.join(map(str, p['loc'])) or framework}: {p['msg'].removeprefix('Value error, ')}" for p in error.errors())
+            problems = "; ".join(option_problem(problem) for problem in error.errors())
             raise ValueError(f"for {framework}: {problems}") from None
 
     @field_validator("tune")
@@ -370,6 +370,13 @@ def load_scenario(values: Any) -> Any:
         raise ValueError("batch_sizes: a load scenario batches its requests itself, up to max_batch; give max_batch")
     prompts = {"prompt_lengths": [max(lengths)]} if generate else {}  # generation's own validation reads its prompts there
     return {"inputs": "text", **values, "request_lengths": lengths, "sequence_lengths": [max(lengths)], "batch_sizes": [max_batch], **prompts}
+
+
+def option_problem(problem: Mapping[str, Any]) -> str:
+    """A problem of a backend's options: the option it is about, then what is wrong (a check across options names the
+    option in its message)."""
+    where, message = ".".join(map(str, problem["loc"])), problem["msg"].removeprefix("Value error, ")
+    return f"{where}: {message}" if where else message
 
 
 class ParameterError(ValueError):

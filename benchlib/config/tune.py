@@ -3,7 +3,8 @@
 `tune: {objective, space}` in the parameters names the objective (`server`: the largest rate VALID under the bound;
 `offline`: samples per second; `single-stream`: the lowest latency at its percentile) and the space: each knob a list of
 values, the kit's (`KIT_KNOBS`) or a backend's own options (its options model says which and what values; in a space
-shared by several environments, each backend's knobs apply to its own). Without a space, an automatic one: on a CPU,
+shared by several environments, each backend's knobs apply to its own). A key of an option that is a table is a knob of
+its own, `option.key` (a serving engine's `engine_args.max-num-seqs`: the value None leaves the key out). Without a space, an automatic one: on a CPU,
 streams dividing the cores (the threads divided among them), `max_batch` in powers of two up to 16 where requests are
 batched, and the knobs the backend declares worth trying (`BackendInfo.tune_knobs`); on a GPU, streams as CUDA streams
 (1, 2 and 4), `max_batch` up to 64, the server's batch timeout, and the backend's GPU knobs (`BackendInfo.gpu_tune_knobs`:
@@ -14,7 +15,7 @@ default by construction.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -51,6 +52,33 @@ def _kit_value_problem(knob: str, value: Any) -> str | None:
     return None if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else "a number of milliseconds, 0 or more"
 
 
+def table_options(framework: str) -> tuple[str, ...]:
+    """The options of backend `framework` that are tables, each key of which is a knob (`engine_args`)."""
+    return tuple(name for name, field in backend_info(framework).options.model_fields.items() if get_origin(field.annotation) is dict)
+
+
+def is_backend_knob(framework: str, knob: str) -> bool:
+    """Whether `knob` is one of backend `framework`'s: an option, or a key of an option that is a table (`option.key`)."""
+    table, dot, key = knob.partition(".")
+    return knob in backend_info(framework).options.model_fields or bool(dot and key and table in table_options(framework))
+
+
+def with_knobs(options: dict[str, Any], point: Point) -> dict[str, Any]:
+    """`options` (a backend's, its defaults filled in) with the backend knobs of `point` set: a table's key in its table
+    (None: left out), any other its option."""
+    changed = dict(options)
+    for knob, value in point.items():
+        table, dot, key = knob.partition(".")
+        if knob in KIT_KNOBS:
+            continue
+        if dot and isinstance(changed.get(table), dict):
+            rest = {name: setting for name, setting in changed[table].items() if name != key}
+            changed[table] = rest if value is None else {**rest, key: value}
+        else:
+            changed[knob] = value
+    return changed
+
+
 def space_problems(spec: TuneSpec, framework: str, options: dict[str, Any], workload: str) -> list[str]:
     """One line per problem of `spec`'s space for a backend `framework` run with `options`: an unknown knob (with the
     knobs allowed), an empty list, a value the kit or the backend's options refuse (with what they allow)."""
@@ -59,10 +87,12 @@ def space_problems(spec: TuneSpec, framework: str, options: dict[str, Any], work
     problems = []
     for knob, values in spec.space.items():
         where = f"tune.space.{knob}"
-        if knob not in KIT_KNOBS and knob not in backend_knobs and knob not in other_backends_knobs(framework):
+        own_knob = is_backend_knob(framework, knob)
+        if knob not in KIT_KNOBS and not own_knob and knob.partition(".")[0] not in other_backends_knobs(framework):
             own = f"; {framework}'s options: {', '.join(backend_knobs)}" if backend_knobs else f"; {framework} has no options of its own"
-            problems.append(f"{where}: unknown knob; the kit's: {', '.join(KIT_KNOBS)}{own}")
-        elif knob not in KIT_KNOBS and knob not in backend_knobs:
+            tables = f"; a key of {', '.join(table_options(framework))} as OPTION.KEY" if table_options(framework) else ""
+            problems.append(f"{where}: unknown knob; the kit's: {', '.join(KIT_KNOBS)}{own}{tables}")
+        elif knob not in KIT_KNOBS and not own_knob:
             continue  # another backend's knob: it applies to that backend's environments
         elif not values:
             problems.append(f"{where}: give a list of one value or more")
@@ -86,9 +116,15 @@ def other_backends_knobs(framework: str) -> set[str]:
 
 
 def default_point(values: dict[str, Any], knobs: list[str]) -> Point:
-    """The environment's own setting of each of `knobs`: its parameter, or its backend option (`values`: the
-    parameters, `options` with the backend's defaults filled in)."""
-    return {knob: values[knob] if knob in KIT_KNOBS else values["options"][knob] for knob in knobs}
+    """The environment's own setting of each of `knobs`: its parameter, or its backend option, or its table's key (None
+    where the table has none) (`values`: the parameters, `options` with the backend's defaults filled in)."""
+    options = values["options"]
+
+    def own(knob: str) -> Any:
+        table, dot, key = knob.partition(".")
+        return options[table].get(key) if dot and isinstance(options.get(table), dict) else options[knob]
+
+    return {knob: values[knob] if knob in KIT_KNOBS else own(knob) for knob in knobs}
 
 
 def automatic_space(
@@ -118,7 +154,7 @@ def _option_problem(options_model: Any, options: dict[str, Any], knob: str, valu
     """Why the backend's options model refuses `value` for `knob` beside the environment's other `options` (None where it
     takes it)."""
     try:
-        options_model(**{**options, knob: value})
+        options_model(**with_knobs(options, {knob: value}))
     except ValidationError as error:
         return str(error.errors()[0]["msg"]).removeprefix("Value error, ")
     return None
@@ -140,8 +176,7 @@ def space_size(space: dict[str, list[Any]]) -> int:
 def tune_space(params: Any) -> dict[str, list[Any]]:
     """The space a tune of `params` (BenchmarkParams with a `tune`) searches: its own or the automatic one, the
     environment's own setting of each knob among the values."""
-    own = set(KIT_KNOBS) | set(backend_info(params.framework).options.model_fields)
-    given = {knob: values for knob, values in params.tune.space.items() if knob in own}
+    given = {knob: values for knob, values in params.tune.space.items() if knob in KIT_KNOBS or is_backend_knob(params.framework, knob)}
     given = given or automatic_space(
         params.framework, params.tune.objective, params.workload, device=params.device, mode=params.mode, precision=params.precision,
         options=params.options,

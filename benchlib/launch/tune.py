@@ -1,7 +1,8 @@
 """A tune on this machine: Optuna's search over an environment's serving settings, then its best point confirmed.
 
 For each model, each point of the search (a value of every knob of the space, `config.tune`) is an environment run of
-its own, in a fresh kernel started with the point's settings (those a runtime reads when it loads included), into
+its own, in a fresh kernel started with the point's settings (those a runtime reads when it loads included; a serving
+engine's, `engine_args` and `engine_env`: the point's run starts its own engine with them and stops it after), into
 `<env>/tuning/<model>/point-NNN/`: the objective's LoadGen tests, agreement, interference and resume are a load run's.
 The study is Optuna's, kept in `<env>/tuning/study.journal`: a stopped tune resumes it, a point it left half-measured is
 finished in its folder, and no finished point is measured again. Its grid sampler tries the space whole where
@@ -32,7 +33,7 @@ from benchlib.backends import backend_info
 from benchlib.config.jobs import EnvironmentJob
 from benchlib.config.models import short_names
 from benchlib.config.params import BenchmarkParams
-from benchlib.config.tune import KIT_KNOBS, Point, default_point, space_size, tune_space
+from benchlib.config.tune import KIT_KNOBS, Point, default_point, space_size, tune_space, with_knobs
 from benchlib.launch.execution import EnvironmentOutcome, run_job
 from benchlib.measure.sweep import stream_threads
 from benchlib.paths import PARAMETERS_DIR
@@ -61,7 +62,7 @@ def model_label(name: str, models: list[str]) -> str:
 def point_params(params: BenchmarkParams, model: str, point: Point, output_dir: Path, rounds: int = 1, current_round: int = 1) -> BenchmarkParams:
     """The parameters of one point: the environment's, with the point's knobs set, one model, no tune, its own folder."""
     kit = {knob: value for knob, value in point.items() if knob in KIT_KNOBS}
-    options = {**params.options, **{knob: value for knob, value in point.items() if knob not in KIT_KNOBS}}
+    options = with_knobs(params.options, point)
     values = {
         **params.model_dump(), **kit, "options": options, "models": [model], "tune": None, "output_dir": str(output_dir),
         "rounds": rounds, "current_round": current_round,
@@ -217,7 +218,7 @@ class Tune:
         p, label = self.job.params, model_label(model, self.job.params.models)
         kit = {knob: value for knob, value in best.items() if knob in KIT_KNOBS}
         options = {knob: value for knob, value in best.items() if knob not in KIT_KNOBS}
-        values = {**kit, **({"options": {**p.options, **options}} if options else {}), "models": [model], "scenario": [self.objective], "tune": None}
+        values = {**kit, **({"options": with_knobs(p.options, best)} if options else {}), "models": [model], "scenario": [self.objective], "tune": None}
         settings = point_params(p, model, best, self.job.output_dir)
         path = layout.tuned_settings_file(self.job.output_dir.parent, self.job.name, label)
         grid = self.job.sources[0]

@@ -130,7 +130,9 @@ COLUMNS: dict[str, str] = {
     "no_valid_result": "Which side of a speed-up LoadGen found INVALID in every round (baseline, environment): no speed-up rests on it.",
     "column": "The scenario table's column the figure is from.",
     "figure": "The fastest environment's figure, in the unit of its column.",
-    "fastest_keeping_99": "The fastest environment whose agreement with eager PyTorch float32 is at least 99% (MLPerf's rule).",
+    "fastest_keeping_99": "The fastest environment whose agreement with eager PyTorch float32 keeps 99% (MLPerf's rule; `agreement_verdict`).",
+    "agreement_verdict": "Agreement against 99% (MLPerf's rule): `keeps`, `below` or `undecided`; generated tokens' from the exact binomial 95% interval over the tokens compared (a batch of `max_batch` prompts' `new_tokens`), so that with every token the same about 370 are needed to keep; a forward output's by its point.",
+    "undecided": "The environments faster than the one that keeps 99% whose agreement is undecided (too few tokens compared): never named the fastest that keeps.",
     "figure_keeping_99": "That environment's figure.",
     # at its best (a tune)
     "objective": "What the tune searched for: `server` (the largest rate VALID under the bound), `offline` (samples per second) or `single-stream` (the lowest latency at its percentile).",

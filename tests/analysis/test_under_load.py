@@ -10,7 +10,10 @@ import pytest
 
 from benchlib.analysis import load as under_load
 
-KINDS = {"cpu-pytorch": ("pytorch", "eager"), "cpu-onnxruntime": ("onnxruntime", "session"), "cpu-openvino": ("openvino", "model")}
+KINDS = {
+    "cpu-pytorch": ("pytorch", "eager"), "cpu-onnxruntime": ("onnxruntime", "session"), "cpu-openvino": ("openvino", "model"),
+    "cpu-transformers-serve": ("openai", "stream"), "cpu-vllm": ("openai", "stream"),
+}  # fmt: skip
 
 
 def load_row(environment: str, scenario: str, round_number: int = 1, valid: bool = True, **figures: object) -> dict:
@@ -137,3 +140,45 @@ def test_the_fastest_and_the_fastest_that_keeps_99_percent_agreement_are_both_na
     assert cells[:3] == ["server", "cpu-onnxruntime", "92.5 requests/s"] and cells[3].startswith("2.26x (") and cells[4] == "0.934"
     assert cells[5:7] == ["cpu-openvino", "60.5 requests/s"] and cells[7].startswith("1.48x (") and cells[7].endswith(", faster)")
     assert len(sentence.split()) < 40  # at a glance: the figures are in the table
+
+
+def engine_row(environment: str, scenario: str, token_agreement: float | str, ttft_s: float, **figures: object) -> dict:
+    """A generate row under load as the kit writes it: a batch of one prompt's 32 tokens compared with eager float32's."""
+    row = load_row(environment, scenario, workload="generate", batch_size=1, new_tokens=32, ttft_s=ttft_s, tokens_per_s="", ttft_p99_s="", tpot_p99_s="", **figures)
+    return {**row, "agreement": "", "max_abs_diff": "", "token_agreement": token_agreement}
+
+
+def test_engines_beside_eager_pytorch_the_fastest_that_keeps_token_agreement_and_the_overhead_at_one_request() -> None:
+    """Engines and eager PyTorch generating under load on one model: per scenario, the fastest whose token agreement keeps
+    99% by its interval; an engine whose 32 tokens all agree is undecided (too few to tell), never named, and one whose
+    agreement is below is never named either; at one request, each engine's time to first token over eager PyTorch's."""
+    rows = pd.DataFrame([
+        engine_row("cpu-pytorch", "single-stream", "", 0.020, loadgen_value="150000000"), engine_row("cpu-pytorch", "server", "", 0.030, max_qps=1.0),
+        engine_row("cpu-transformers-serve", "single-stream", 1.0, 0.032, loadgen_value="170000000"),
+        engine_row("cpu-transformers-serve", "server", 1.0, 0.040, max_qps=0.9),
+        engine_row("cpu-vllm", "single-stream", 0.5, 0.0155, loadgen_value="140000000"), engine_row("cpu-vllm", "server", 0.5, 0.05, max_qps=3.0),
+    ])  # fmt: skip
+    assert [under_load.token_verdict(1.0, n) for n in (32, 366, 368)] == ["undecided", "undecided", "keeps"]
+    table = under_load.scenario_table(rows).set_index("environment")
+    assert table["agreement_verdict"].to_dict() == {"cpu-pytorch": "keeps", "cpu-transformers-serve": "undecided", "cpu-vllm": "below"}
+    fastest = under_load.fastest_per_scenario(table.reset_index()).set_index("scenario")
+    assert fastest["fastest"].to_dict() == {"single-stream": "cpu-vllm", "server": "cpu-vllm"}
+    assert fastest["fastest_keeping_99"].to_dict() == {"single-stream": "cpu-pytorch", "server": "cpu-pytorch"}
+    assert fastest["undecided"].to_dict() == {"single-stream": "", "server": ""}  # slower than eager PyTorch: nothing to name
+    faster = rows.assign(max_qps=rows["max_qps"].replace({0.9: 2.0}))  # the undecided engine now serves more than eager PyTorch
+    table = under_load.scenario_table(faster)
+    fastest = under_load.fastest_per_scenario(table)
+    assert fastest.set_index("scenario").loc["server", "undecided"] == "cpu-transformers-serve"
+    sentence = under_load.findings(table, fastest, under_load.scenario_speedups(faster))[0].partition("\n\n")[0]
+    assert sentence == (
+        "Under load, for bert, the fastest is cpu-vllm in every scenario; the fastest that keeps 99% agreement with eager PyTorch "
+        "float32 is cpu-pytorch in every scenario. Faster, but too few tokens compared to tell whether it keeps 99% (undecided), "
+        "so not named: cpu-transformers-serve (server). A server's figure is the largest rate it served under the latency bound."
+    )
+    assert under_load.overhead_sentences(rows) == [
+        "At one request (single-stream), cpu-transformers-serve's time to first token for bert is 12 ms above cpu-pytorch's in "
+        "the kit's process (32 ms against 20 ms): what the HTTP request and the engine add.",
+        "At one request (single-stream), cpu-vllm's time to first token for bert is 4.5 ms below cpu-pytorch's in the kit's "
+        "process (15.5 ms against 20 ms): what the HTTP request and the engine save.",
+    ]
+    assert under_load.overhead_sentences(rows[rows["environment"] != "cpu-pytorch"]) == []  # no in-process baseline: no overhead

@@ -6,29 +6,39 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import psutil
 import pytest
 import yaml
 
 from benchlib.analysis.load import load_rows, scenario_table
 from benchlib.backends import load_backend
-from benchlib.backends._engine import ENGINES_VARIABLE, Venv, start_engine
+from benchlib.backends._engine import ENGINES_VARIABLE, STOP_GRACE_S, Venv, answers, engine_command, start_engine
+from benchlib.config.params import ParameterError, validate_params
+from benchlib.config.tune import default_point, tune_space
+from benchlib.launch.tune import point_params
 from benchlib.measure.sweep import run_environment
-from benchlib.paths import PARAMETERS_DIR
+from benchlib.paths import PARAMETERS_DIR, PROJECT_ROOT
 from benchlib.status import CRASHED, ERROR, OK, UNSUPPORTED
 from benchlib.store.layout import engine_log
+from benchlib.store.recovery import read_in_flight
+from benchlib.store.results import OBJECTIVE_FIGURES, rows_written
 from tests.checkpoints import save_llama
+from tests.kernels import has_row
 
 GRID = {"workload": "generate", "batch_sizes": [1], "prompt_lengths": [8], "new_tokens": 4, "warmup": 1, "repeat": 3, "max_cell_seconds": 20, "remeasure": 0}
 LOAD = {
     "workload": "generate", "scenario": ["server", "offline", "concurrency"], "request_lengths": [8], "new_tokens": 4, "max_batch": 1, "streams": 4,
-    "ttft_bound_ms": 2000, "tpot_bound_ms": 500, "latency_percentile": 90, "min_duration_s": 2.0, "min_query_count": 8, "max_trials": 2,
+    "ttft_bound_ms": 2000, "tpot_bound_ms": 500, "latency_percentile": 90, "min_duration_s": 1.0, "min_query_count": 8, "max_trials": 2,
     "remeasure": 0,
 }  # fmt: skip
 
@@ -42,29 +52,105 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_llama(tmp_path_factory.mktemp("engine-model") / "llama")
 
 
+ENGINE_ARGS = {"attn_implementation": "eager"}  # a setting of transformers serve's command line
+
+
+@dataclass(frozen=True)
+class Interrupted:
+    """A `benchlib run` stopped by SIGINT while its engine served: its folder, exit status, output, and the engine's
+    process group and port as they were."""
+
+    env_dir: Path
+    returncode: int
+    out: str
+    group: list[psutil.Process]
+    port: int
+
+
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory, llama: Path) -> Path:
-    """One run of cpu-transformers-serve on the tiny Llama folder (the engine started and stopped by the kit)."""
-    output_dir = tmp_path_factory.mktemp("served") / "cpu-transformers-serve"
-    run_environment({**environment("cpu-transformers-serve"), "models": [str(llama)], **GRID, "output_dir": str(output_dir)}, progress=False)
-    return output_dir
+def served(tmp_path_factory: pytest.TempPathFactory, llama: Path) -> Interrupted:
+    """`benchlib run` of cpu-transformers-serve (an engine setting in its options) on the tiny Llama folder, batch sizes 1
+    and 2, in a session of its own: sent SIGINT, as Ctrl-C sends it to the terminal's group, once the first cell's row is
+    written and the second cell is in flight on the same engine (the kernel held still meanwhile, so that it cannot end)."""
+    run = tmp_path_factory.mktemp("served")
+    options = {**environment("cpu-transformers-serve")["options"], "engine_args": ENGINE_ARGS}
+    params = run / "params.yaml"
+    params.write_text(yaml.safe_dump({"batch_sizes": [1, 2], "options": options}))
+    command = [
+        sys.executable, "-m", "benchlib", "run", "--grid", "generate-smoke", "--environments", "cpu-transformers-serve", "--models", str(llama),
+        "--params", str(params), "--out", str(run), "--no-summary", "--no-limits", "--quiet",
+    ]  # fmt: skip
+    env_dir = run / "cpu-transformers-serve"
+    runner = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        kernel = second_cell_in_flight(env_dir, runner)
+        try:
+            engine = next(p for p in kernel.children(recursive=True) if "transformers_cli" in " ".join(p.cmdline()))
+            group, port = [engine, *engine.children(recursive=True)], port_of(engine)
+            assert answers(f"http://127.0.0.1:{port}")  # serving
+            os.killpg(runner.pid, signal.SIGINT)
+        finally:
+            kernel.resume()
+        out, _ = runner.communicate(timeout=120)
+    finally:
+        if runner.poll() is None:
+            os.killpg(runner.pid, signal.SIGKILL)
+            runner.wait()
+    return Interrupted(env_dir, runner.returncode, out, group, port)
+
+
+def second_cell_in_flight(env_dir: Path, runner: subprocess.Popen, timeout_s: float = 300) -> psutil.Process:
+    """The kernel writing into `env_dir`, stopped (SIGSTOP) once the first cell's row is written and the second cell is in
+    flight without one."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert time.monotonic() < deadline and runner.poll() is None, f"the second cell was never in flight in {env_dir}"
+        marker = read_in_flight(env_dir)
+        if marker and marker.get("batch_size") == 2 and rows_written(env_dir) >= 1:
+            kernel = psutil.Process(marker["pid"])
+            kernel.suspend()
+            now = read_in_flight(env_dir)
+            if now and now.get("batch_size") == 2 and has_row(env_dir, now) is False:
+                return kernel
+            kernel.resume()
+        time.sleep(0.02)
+
+
+def port_of(engine: psutil.Process) -> int:
+    """The port on an engine's command line (`--port N`)."""
+    line = engine.cmdline()
+    return int(line[line.index("--port") + 1])
 
 
 @pytest.mark.e2e
-def test_transformers_serve_is_timed_and_agrees_with_eager_float32(served: Path, llama: Path) -> None:
+def test_transformers_serve_is_timed_and_agrees_with_eager_float32(served: Interrupted, llama: Path) -> None:
+    """The cell measured before the interrupt: timed through the stream, its tokens eager float32's, the engine started
+    with the environment's setting as a flag after its serve command."""
     from benchlib.store.results import read_results
 
-    rows = read_results(served)
-    assert list(rows["status"]) == [OK], rows["reason"].tolist()
+    rows = read_results(served.env_dir)
+    assert list(rows["status"]) == [OK] and list(rows["batch_size"]) == [1], rows["reason"].tolist()
     row = rows.iloc[0]
     assert row["environment"] == "cpu-transformers-serve" and row["framework"] == "openai" and row["workload"] == "generate"
     assert 0 < row["ttft_s"] < row["generate_s"] and row["tpot_s"] > 0 and row["token_clock"] == "each step"
     assert row["token_agreement"] == 1.0  # a float32 engine on a float32 model makes eager float32's tokens
-    log = engine_log(served, str(llama))
+    log = engine_log(served.env_dir, str(llama))
     assert log.is_file() and "transformers_cli serve" in log.read_text()
     started = [line.removeprefix("$ ") for line in log.read_text().splitlines() if line.startswith("$ ")]
-    assert started and all("--port" in command for command in started)  # one engine per build (a cell measured again builds again)
-    assert not [p for p in psutil.process_iter(["cmdline"]) if " ".join(p.info["cmdline"] or ()) in started]  # each stopped
+    assert len(started) == 1 and f"--port {served.port} " in started[0]  # one engine for the model's cells
+    assert started[0].endswith(" --log_level warning --attn_implementation eager")  # the setting, a flag after serve
+    assert json.loads((served.env_dir / "environment.json").read_text())["parameters"]["options"]["engine_args"] == ENGINE_ARGS
+
+
+@pytest.mark.e2e
+def test_a_run_interrupted_while_its_engine_serves_leaves_no_engine_and_says_so_in_one_line(served: Interrupted) -> None:
+    """The interrupted run ends with 128 + SIGINT and one line saying it was stopped; neither the engine nor any process
+    of its group outlives it (stopped by the kernel as it shuts down, or by the system when the kernel dies)."""
+    assert served.returncode == 128 + signal.SIGINT, served.out
+    stopped = [line for line in served.out.splitlines() if "SIGINT" in line]
+    assert len(stopped) == 1 and stopped[0].startswith("stopped by SIGINT: finished rows are kept"), served.out
+    _, alive = psutil.wait_procs(served.group, timeout=STOP_GRACE_S)
+    assert not alive and not answers(f"http://127.0.0.1:{served.port}", timeout_s=0.5)
 
 
 @pytest.mark.e2e
@@ -151,8 +237,9 @@ def test_an_engine_that_cannot_start_or_dies_gives_rows_and_the_run_goes_on(tmp_
     for name, (command, expected, words) in cases.items():
         output_dir = tmp_path / name
         params = {"environment": name, "framework": "openai", "mode": "stream", "options": {"serve": command, "ready_timeout_s": 30}}
-        rows = run_environment({**params, "models": [str(llama)], **GRID, "batch_sizes": [1, 2], "output_dir": str(output_dir)}, progress=False)
-        assert list(rows["status"]) == [expected, expected], rows["reason"].tolist()
+        sizes = [1] if name == "garbled" else [1, 2]  # a failed request waits DYING_S for the engine to end: one cell shows it
+        rows = run_environment({**params, "models": [str(llama)], **GRID, "batch_sizes": sizes, "output_dir": str(output_dir)}, progress=False)
+        assert list(rows["status"]) == [expected] * len(sizes), rows["reason"].tolist()
         assert rows["reason"].str.contains(words, regex=False).all(), rows["reason"].tolist()
         if name != "garbled":  # the engine's own words: the log's last lines
             assert rows["reason"].str.contains("cannot load" if name == "cannot-start" else "fell over").all()
@@ -174,6 +261,25 @@ def test_a_missing_venv_or_engine_is_one_line(tmp_path: Path) -> None:
     forward = load_backend("openai", "stream", options={"url": "http://127.0.0.1:1"})
     assert forward.unsupported() == "a serving engine generates: run it with workload: generate"
 
+
+
+def test_gpu_vllm_validates_and_without_a_gpu_is_unsupported_with_the_reason(tmp_path: Path, run_cli_in_process, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gpu-vllm (vLLM's GPU package in its own environment, device cuda) validates with its settings; where nvidia-smi
+    finds no GPU its cells are `unsupported` saying so, before its environment is looked for, and `engines install`
+    makes nothing: one line, or its skip among every engine's."""
+    from benchlib import machine
+
+    if machine.gpus():
+        pytest.skip("nvidia-smi finds a GPU here: gpu-vllm may run")
+    monkeypatch.setenv(ENGINES_VARIABLE, str(tmp_path / "engines"))  # a folder without any engine's environment
+    values = environment("gpu-vllm")
+    params = validate_params({**values, "models": ["gpt2"], **GRID, "output_dir": str(tmp_path)})
+    assert params.device == "cuda" and list(params.options["venv"]) == ["vllm==0.33.*"] and params.options["engine_args"] == {"gpu-memory-utilization": 0.8}
+    backend = load_backend("openai", "stream", device="cuda", options=values["options"], workload="generate", environment="gpu-vllm")
+    assert backend.unsupported() == "device cuda: nvidia-smi finds no GPU on this machine, and this engine runs on one"
+    code, out, err = run_cli_in_process(["engines", "install", "gpu-vllm"])
+    assert code == 2 and out == "" and err.strip() == "gpu-vllm: its engine runs on a CUDA GPU, and nvidia-smi finds none on this machine: its environment is not made"
+    assert not (tmp_path / "engines").exists()
 
 def test_a_port_taken_first_is_tried_again_then_one_line(tmp_path: Path) -> None:
     """A server that finds its port taken is started again on another; after PORT_TRIES, one line with its message."""
@@ -226,3 +332,77 @@ def test_a_url_engine_with_an_api_key_that_no_output_holds(tmp_path: Path, llama
     assert list(rows["status"]) == [OK], rows["reason"].tolist()
     assert rows.iloc[0]["ttft_s"] > 0 and rows.iloc[0]["token_agreement"] < 1
     assert not [path for path in (tmp_path / "remote").rglob("*") if path.is_file() and "key-that-stays-secret" in path.read_text(errors="replace")]
+
+
+def test_vllms_own_settings_are_flags_and_variables_and_knobs_of_the_tune(tmp_path: Path) -> None:
+    """cpu-vllm's settings (its file's engine_args, without its environment made): flags after serve; a tune's point sets a
+    key (None leaves it out), an environment variable, true and false as vLLM spells them; the settings to deploy in the
+    engine's words; bad input one line naming the field."""
+    from benchlib.backends.openai import OpenAIOptions, knob_words
+
+    vllm = environment("cpu-vllm")
+    load = {
+        **vllm, "models": ["gpt2"], "workload": "generate", "scenario": ["server"], "request_lengths": [8], "new_tokens": 4,
+        "ttft_bound_ms": 2000, "tpot_bound_ms": 500, "output_dir": str(tmp_path),
+    }  # fmt: skip
+    space = {"engine_args.max-num-seqs": [1, 4], "engine_args.enable-chunked-prefill": [True, False], "engine_env.VLLM_CPU_KVCACHE_SPACE": [1, 4]}
+    params = validate_params({**load, "tune": {"objective": "server", "space": space}})
+    full = tune_space(params)
+    assert full == {"engine_args.max-num-seqs": [None, 1, 4], "engine_args.enable-chunked-prefill": [None, True, False], "engine_env.VLLM_CPU_KVCACHE_SPACE": [None, 1, 4]}
+    assert default_point(params.model_dump(), list(full)) == dict.fromkeys(full)  # the file sets none of them: the engine's defaults first
+    point = point_params(params, "gpt2", {"engine_args.max-num-seqs": 4, "engine_args.enable-chunked-prefill": False, "engine_env.VLLM_CPU_KVCACHE_SPACE": 4}, tmp_path)
+    options = OpenAIOptions(**point.options)
+    command = engine_command(options.serve or "", "MODEL", 8000, "float32", "python", options.engine_args)
+    assert command[command.index("float32") + 1 :] == ["--gpu-memory-utilization", "0.2", "--max-num-seqs", "4", "--no-enable-chunked-prefill"]
+    assert options.variables()["VLLM_CPU_KVCACHE_SPACE"] == "4" and options.variables()["HF_HUB_OFFLINE"] == "1"
+    unset = OpenAIOptions(**point_params(params, "gpt2", {"engine_args.gpu-memory-utilization": None}, tmp_path).options)
+    assert "--gpu-memory-utilization" not in engine_command(unset.serve or "", "MODEL", 8000, "float32", "python", unset.engine_args)
+    assert [knob_words("engine_args.enable-chunked-prefill", True), knob_words("engine_env.VLLM_CPU_KVCACHE_SPACE", 4)] == ["--enable-chunked-prefill", "VLLM_CPU_KVCACHE_SPACE=4"]
+    bad = {
+        "max num": ({"engine_args": {"max num": 4}}, "options: for openai: engine_args: 'max num' is not a flag's name"),
+        "twice": ({"engine_args": {"dtype": "bfloat16"}}, "options: for openai: engine_args: dtype: the serve command gives --dtype already"),
+        "list": ({"engine_args": {"max-num-seqs": [1, 2]}}, "options: for openai: engine_args: max-num-seqs: [1, 2] is not one value"),
+        "variable": ({"engine_env": {"KV SPACE": 4}}, "options: for openai: engine_env: 'KV SPACE' is not an environment variable's name"),
+        "url": ({"url": "http://127.0.0.1:1", "serve": None, "venv": []}, "options: for openai: engine_args is for an engine the kit starts: it needs serve"),
+    }
+    for options, message in bad.values():
+        with pytest.raises(ParameterError) as raised:
+            validate_params({**load, "options": {**vllm["options"], **options}})
+        assert message in str(raised.value) and "\n" not in str(raised.value)
+    with pytest.raises(ParameterError, match=r"^parameters: tune: space.engine_args.max-num-seqs: \[1\]: max-num-seqs: \[1\] is not one value"):
+        validate_params({**load, "tune": {"objective": "server", "space": {"engine_args.max-num-seqs": [[1]]}}})
+
+
+
+@pytest.mark.e2e
+@pytest.mark.full  # a kernel a point and an engine a kernel: a few minutes
+def test_a_tune_of_an_engine_setting_starts_an_engine_for_each_point(tmp_path: Path, llama: Path, run_cli) -> None:
+    """A tune over a setting of transformers serve: each point is an environment run of its own, in a fresh kernel, that
+    starts its own engine with the point's flag (the default: none) and stops it; the settings to deploy give the flag."""
+    params = tmp_path / "tune.yaml"
+    params.write_text(yaml.safe_dump({
+        "scenario": ["single-stream"], "request_lengths": [8], "max_batch": 1, "latency_percentile": 90, "min_duration_s": 1.0,
+        "min_query_count": 8, "remeasure": 0, "tune_trials": 3, "confirm_rounds": 2,
+        "tune": {"objective": "single-stream", "space": {"engine_args.attn_implementation": ["sdpa", "eager"]}},
+    }))  # fmt: skip
+    run = tmp_path / "run"
+    done = run_cli(
+        "run", "--grid", "generate-smoke", "--environments", "cpu-transformers-serve", "--models", str(llama), "--params", str(params),
+        "--out", str(run), "--no-summary", "--no-limits", "--quiet",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    env_dir = run / "cpu-transformers-serve"
+    points = pd.read_csv(env_dir / "tuning" / "points.csv").set_index("point")
+    assert len(points) == 3
+    commands = []
+    for number, point in points.iterrows():
+        log = engine_log(env_dir / point["folder"], str(llama))
+        started = [line for line in log.read_text().splitlines() if line.startswith("$ ")]
+        setting = point["engine_args.attn_implementation"]
+        assert len(started) == 1 and started[0].endswith(" --log_level warning" if pd.isna(setting) else f" --attn_implementation {setting}"), (number, started)
+        commands += started
+    ports = {command.split(" --port ")[1].split()[0] for command in commands}
+    assert len(ports) == 3 and not [p for p in psutil.process_iter(["cmdline"]) if "transformers_cli" in (line := p.info["cmdline"] or []) and line[line.index("--port") + 1] in ports]
+    deployed = next((run / "tuned" / "cpu-transformers-serve").glob("*.yaml")).read_text()
+    best = points.loc[points[OBJECTIVE_FIGURES["single-stream"]].idxmin(), "engine_args.attn_implementation"]
+    assert (f"--attn_implementation {best}" if isinstance(best, str) else "the engine's default") in deployed

@@ -26,7 +26,7 @@ def gpu_reason() -> str | None:
 
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(gpu_reason() is not None, reason=gpu_reason() or "")]
-PYTORCH_GPU = [name for name in available("environments") if name.startswith("gpu-") and not ("tensorflow" in name or "onnxruntime" in name)]
+PYTORCH_GPU = [name for name in available("environments") if name.startswith("gpu-") and not any(other in name for other in ("tensorflow", "onnxruntime", "vllm"))]
 
 
 def run_environment(values: dict, progress: bool = False) -> pd.DataFrame:

@@ -1,6 +1,7 @@
 """The load scenarios (MLPerf's single-stream, multi-stream, server and offline, driven by LoadGen): each scenario's
 figure per environment and model, the speed-ups over eager PyTorch float32, the fastest per scenario and the fastest
-that keeps 99% agreement, and every server trial. No INVALID result is ranked."""
+that keeps 99% agreement (an undecided agreement never named), a serving engine's overhead at one request over eager
+PyTorch in the kit's process, and every server trial. No INVALID result is ranked."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ def _tables(run: SummaryRun) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
 def load_findings(run: SummaryRun) -> list[str]:
     table, speedups, fastest = _tables(run)
     sentences = under_load.findings(table, fastest, speedups, under_load.bound_text(run.loaded, run.run_dirs))
+    sentences += under_load.overhead_sentences(run.loaded)
     # said once: where some machine has a price, the decision names those without
     missing = None if cost.priced_machines(run.machines) else cost.unpriced_sentence(run.machines)
     return sentences + ([missing] if missing else [])
