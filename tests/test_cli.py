@@ -31,7 +31,7 @@ def test_shipped_parameter_files_all_validate(tmp_path: Path) -> None:
              "cpu-openvino", "cpu-openvino-bf16", "cpu-openvino-int8", "gpu-torch-compile", "gpu-pytorch-fp16", "gpu-pytorch-bf16",
              "gpu-pytorch-tf32", "gpu-pytorch-flash-attention", "gpu-torch-compile-cudagraphs", "gpu-torch-compile-max-autotune",
              "gpu-onnxruntime", "gpu-onnxruntime-tensorrt"]  # fmt: skip
-    engines = ["cpu-transformers-serve", "cpu-vllm"]  # serving engines, started by the kit
+    engines = ["cpu-transformers-serve", "cpu-vllm", "gpu-vllm"]  # serving engines, started by the kit
     assert environments == sorted(study + today + engines)
     for grid, models in (("quick", 4), ("quick-all", 10), ("article", 10), ("today", 4), ("smoke", 14)):
         jobs = plan_run(tmp_path, grid, environments)

@@ -94,6 +94,7 @@ def test_the_runner_passes_every_parameter_resolved(tmp_path: Path) -> None:
 
 
 @pytest.mark.e2e
+@pytest.mark.full  # `make test`: the runner's parameters above, and the notebook measuring at its defaults (30 x 3, full)
 def test_a_grid_without_scale_repeat_or_number_is_measured_at_full_30_and_3(tmp_path: Path) -> None:
     jobs = plan_run(tmp_path / "run", write_grid(tmp_path), ["cpu-pytorch"])
     lines: list[str] = []
