@@ -180,15 +180,27 @@ def scenario_table(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(lines)
 
 
-def latency_bound_ms(run_dirs: Iterable[str | os.PathLike[str]]) -> float | None:
-    """The server's latency bound of the runs' load environments (environment.json), where they share one; else None."""
-    bounds = set()
+def _shared_parameter(run_dirs: Iterable[str | os.PathLike[str]], name: str, workload: str | None = None) -> float | None:
+    """Parameter `name` of the runs' load environments (of `workload` where given; environment.json), where they share
+    one; else None."""
+    values = set()
     for run_dir in run_dirs:
         for env_dir in environment_dirs(run_dir):
             parameters = read_environment(env_dir).get("parameters", {})
-            if parameters.get("scenario", [CELL_SCENARIO]) != [CELL_SCENARIO]:
-                bounds.add(parameters.get("latency_bound_ms"))
-    return bounds.pop() if len(bounds) == 1 else None
+            if parameters.get("scenario", [CELL_SCENARIO]) != [CELL_SCENARIO] and workload in (None, parameters.get("workload")):
+                values.add(parameters.get(name))
+    return values.pop() if len(values) == 1 else None
+
+
+def latency_bound_ms(run_dirs: Iterable[str | os.PathLike[str]]) -> float | None:
+    """The server's latency bound of the runs' load environments (environment.json), where they share one; else None."""
+    return _shared_parameter(run_dirs, "latency_bound_ms")
+
+
+def token_bounds_ms(run_dirs: Iterable[str | os.PathLike[str]]) -> tuple[float | None, float | None]:
+    """The time-to-first-token and time-per-output-token bounds of the runs' generating load environments, each where
+    they share one; else None."""
+    return _shared_parameter(run_dirs, "ttft_bound_ms", "generate"), _shared_parameter(run_dirs, "tpot_bound_ms", "generate")
 
 
 def _best(figures: pd.Series, scenario: str) -> str:
@@ -239,11 +251,16 @@ def _percentile(column: str) -> str:
 
 
 def bound_text(rows: pd.DataFrame, run_dirs: Iterable[str | os.PathLike[str]]) -> str:
-    """The server's bound in words (`under 100 ms at the 90th percentile`), where the runs' load environments share one."""
-    bound_ms = latency_bound_ms(run_dirs)
+    """The server's bound in words (`under 100 ms at the 90th percentile`; when generating, `within 2000 ms to the first
+    token and 200 ms per output token at the 90th percentile`), where the runs' load environments share one."""
     server = rows[rows["scenario"] == "server"] if not rows.empty else rows
     percentiles = {judged_percentile(row) for _, row in server.iterrows()}
     at = f" at the {percentiles.pop()}th percentile" if len(percentiles) == 1 else ""
+    if not server.empty and set(server["workload"]) == {"generate"}:
+        ttft, tpot = token_bounds_ms(run_dirs)
+        bounds = [f"{ttft:g} ms to the first token" if ttft is not None else "", f"{tpot:g} ms per output token" if tpot is not None else ""]
+        return f"within {' and '.join(filter(None, bounds))}{at}" if any(bounds) else "within the token bounds"
+    bound_ms = latency_bound_ms(run_dirs)
     return f"under {bound_ms:g} ms{at}" if bound_ms is not None else "under the latency bound"
 
 

@@ -245,6 +245,45 @@ def server_trials(trials: pd.DataFrame, latency_bound_ms: float | None = None) -
     return grid.figure
 
 
+def concurrency_sweep(levels: pd.DataFrame, knees: pd.DataFrame, ttft_bound_ms: float | None = None, tpot_bound_ms: float | None = None) -> Figure:
+    """A serving engine's sweep of the requests in flight: tokens per second against the time to first token and the time
+    per output token (medians solid, 99th percentiles dotted), one line per environment through its levels (each labelled
+    with its requests in flight), one row per model; the knee (`knees`: the scenario's rows, `knee`) starred, the bounds
+    dashed where given."""
+    if levels.empty:
+        raise ValueError("levels: no level of a concurrency sweep to plot")
+    data = levels.assign(**{
+        column: pd.to_numeric(levels[column], errors="coerce") for column in ("concurrency", "tokens_per_s", "ttft_s", "ttft_p99_s", "tpot_s", "tpot_p99_s")
+    }).sort_values("concurrency")  # fmt: skip
+    models = list(dict.fromkeys(data["model"]))
+    environments = list(dict.fromkeys(data["environment"]))
+    colours = dict(zip(environments, sns.color_palette(n_colors=len(environments))))
+    figure, axes = plt.subplots(len(models), 2, figsize=(9, 3.2 * len(models)), squeeze=False)
+    panels = (("ttft", "time to first token (ms)", ttft_bound_ms), ("tpot", "time per output token (ms)", tpot_bound_ms))
+    for row, model in zip(axes, models):
+        for ax, (figure_name, label, bound) in zip(row, panels):
+            for environment, line in data[data["model"] == model].groupby("environment", sort=False):
+                colour = colours[environment]
+                ax.plot(line["tokens_per_s"], line[f"{figure_name}_s"] * 1e3, marker="o", color=colour, label=environment)
+                ax.plot(line["tokens_per_s"], line[f"{figure_name}_p99_s"] * 1e3, linestyle=":", color=colour)
+                for _, level in line.iterrows():
+                    ax.annotate(f"{level['concurrency']:g}", (level["tokens_per_s"], level[f"{figure_name}_s"] * 1e3), textcoords="offset points", xytext=(4, 4), fontsize=8)
+                knee = knees[(knees["model"] == model) & (knees["environment"] == environment)]
+                at = line[line["concurrency"].isin(pd.to_numeric(knee["knee"], errors="coerce"))]
+                ax.scatter(at["tokens_per_s"], at[f"{figure_name}_s"] * 1e3, marker="*", s=220, color=colour, zorder=3)
+            if bound:
+                ax.axhline(bound, color="grey", linestyle="--", linewidth=1)
+            ax.set_yscale("log")
+            ax.set_xlabel("tokens per second")
+            ax.set_ylabel(label)
+            ax.set_title(model, fontsize=10)
+        row[0].legend(fontsize=8)
+    figure.suptitle("Concurrency sweep: each point a number of requests in flight (labelled), the knee starred; medians solid, p99 dotted, bounds dashed", fontsize=10)
+    figure.tight_layout()
+    plt.close(figure)
+    return figure
+
+
 def pareto_front(points: pd.DataFrame) -> pd.DataFrame:
     """The points no other beats on both throughput (`figure`, higher) and latency (`latency_ms`, lower), by throughput."""
     ordered = points.sort_values(["figure", "latency_ms"], ascending=[False, True])

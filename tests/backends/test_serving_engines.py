@@ -20,7 +20,8 @@ import psutil
 import pytest
 import yaml
 
-from benchlib.analysis.load import load_rows, scenario_table
+from benchlib.analysis.load import bound_text, load_rows, scenario_table, token_bounds_ms
+from benchlib.report.plots import concurrency_sweep
 from benchlib.backends import load_backend
 from benchlib.backends._engine import ENGINES_VARIABLE, STOP_GRACE_S, Venv, answers, engine_command, start_engine
 from benchlib.config.params import ParameterError, validate_params
@@ -180,6 +181,17 @@ def test_transformers_serve_under_load_has_goodput_a_knee_and_the_clients_ceilin
     assert (rows["token_agreement"] == 1.0).all()
     table = scenario_table(load_rows([tmp_path])).set_index("environment")  # the summary's table: the knee is the sweep's figure
     assert table.loc["cpu-transformers-serve", "knee_tokens_per_s"] == rows.loc["concurrency", "tokens_per_s"]
+    # The summary's sweep plot: a line through the levels in each panel, the knee starred, the bounds dashed; the server's
+    # bound in words is the token bounds'.
+    assert token_bounds_ms([tmp_path]) == (LOAD["ttft_bound_ms"], LOAD["tpot_bound_ms"])
+    assert bound_text(load_rows([tmp_path]), [tmp_path]) == "within 2000 ms to the first token and 500 ms per output token at the 90th percentile"
+    sweep = concurrency_sweep(levels.assign(model="llama"), rows.reset_index().assign(model="llama"), *token_bounds_ms([tmp_path]))
+    for ax, figure, bound in zip(sweep.axes, ("ttft_s", "tpot_s"), (LOAD["ttft_bound_ms"], LOAD["tpot_bound_ms"])):
+        median, _, bound_line = ax.lines
+        assert list(median.get_xdata()) == list(levels["tokens_per_s"]) and list(median.get_ydata()) == pytest.approx(list(levels[figure] * 1e3))
+        assert list(bound_line.get_ydata()) == [bound, bound]
+        (star,) = [points for points in ax.collections if len(points.get_offsets())]
+        assert star.get_offsets()[0][0] == by_level[knee]
 
 
 @pytest.mark.e2e

@@ -1,7 +1,7 @@
 """The load scenarios (MLPerf's single-stream, multi-stream, server and offline, driven by LoadGen): each scenario's
 figure per environment and model, the speed-ups over eager PyTorch float32, the fastest per scenario and the fastest
 that keeps 99% agreement (an undecided agreement never named), a serving engine's overhead at one request over eager
-PyTorch in the kit's process, and every server trial. No INVALID result is ranked."""
+PyTorch in the kit's process, every server trial, and a serving engine's concurrency sweep. No INVALID result is ranked."""
 
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ def load_findings(run: SummaryRun) -> list[str]:
     "Per environment and model, the figure each scenario is judged by, as LoadGen's summary gives it (a latency "
     "percentile, the largest rate VALID under the bound, samples per second), with `invalid` naming what LoadGen found "
     "INVALID and why: an INVALID result has no figure and is never ranked. Then the speed-ups over eager PyTorch float32, "
-    "the fastest per scenario and the fastest that keeps 99% agreement, and every server trial.",
+    "the fastest per scenario and the fastest that keeps 99% agreement, every server trial, and a serving engine's sweep of "
+    "the requests in flight (tokens per second against its time to first token and per output token, the knee starred).",
     findings=load_findings,
 )  # fmt: skip
 def show_load(run: SummaryRun) -> None:
@@ -52,3 +53,8 @@ def show_load(run: SummaryRun) -> None:
     server = trials[trials["scenario"] == "server"] if not trials.empty else trials
     if not server.empty:
         show_figure(plots.server_trials(server, under_load.latency_bound_ms(run.run_dirs)), run.output_dir, "server_trials")
+    levels = trials[(trials["scenario"] == "concurrency") & trials["trial"].notna()] if not trials.empty else trials
+    if not levels.empty:
+        knees = run.loaded[run.loaded["scenario"] == "concurrency"]
+        ttft, tpot = under_load.token_bounds_ms(run.run_dirs)
+        show_figure(plots.concurrency_sweep(levels, knees, ttft, tpot), run.output_dir, "concurrency_sweep")
