@@ -105,12 +105,14 @@ class StreamClient:
             if response.is_error:
                 await response.aread()
                 raise MalformedStream(f"HTTP {response.status_code} from {path}: {' '.join(response.text.split())[:300]}")
+            ended = False  # after [DONE], the stream is read on to its end, so that its connection is kept for the next request
             async for line in response.aiter_lines():
-                if not line.startswith("data:"):
+                if ended or not line.startswith("data:"):
                     continue
                 data = line[5:].strip()
                 if data == DONE:
-                    break
+                    ended = True
+                    continue
                 arrived = time.perf_counter()
                 try:
                     chunk = json.loads(data)

@@ -314,7 +314,9 @@ class OpenAIBackend:
             return arrived
 
         try:
-            done = served.client.run(gathered([served.client.stream(self.path, self.body(served, row, new_tokens), chunk_of(i)) for i, row in enumerate(ids)]))
+            # a chunk's tokens are counted as it arrives only for a step clock: the client spends no time per chunk otherwise
+            calls = [served.client.stream(self.path, self.body(served, row, new_tokens), chunk_of(i) if clock is not None else None) for i, row in enumerate(ids)]
+            done = served.client.run(gathered(calls))
         except Exception as exc:
             if served.engine is not None and served.engine.exited_within(DYING_S) is not None:
                 raise served.engine.died("serving a request") from exc
