@@ -56,8 +56,8 @@ FASTEST_COLUMNS: tuple[str, ...] = (
 )  # fmt: skip
 ENGINE_FRAMEWORK = "openai"  # a serving engine's rows (`backends/openai.py`)
 SPEEDUP_COLUMNS: tuple[str, ...] = (
-    "model", "scenario", "environment", "baseline", "rounds", "speedup", "ci95_low", "ci95_high", "verdict", "agreement", "max_abs_diff",
-    "no_valid_result",
+    "model", "scenario", "environment", "baseline", "rounds", "speedup", "ci95_low", "ci95_high", "verdict", "agreement", "agreement_low",
+    "agreement_high", "max_abs_diff", "no_valid_result",
 )  # fmt: skip
 
 
@@ -126,28 +126,51 @@ def agreement_of(cells: pd.DataFrame) -> float:
     return 1.0 if BASELINE.select(cells) else _agreement(cells)
 
 
+def token_interval(agreement: float, tokens: int) -> tuple[float, float]:
+    """The exact binomial (Clopper-Pearson) 95% interval of a token agreement over the `tokens` compared; NaNs where none
+    were."""
+    if pd.isna(agreement) or tokens < 1:
+        return float("nan"), float("nan")
+    interval = stats.binomtest(round(agreement * tokens), tokens).proportion_ci(CONFIDENCE, method="exact")
+    return float(interval.low), float(interval.high)
+
+
 def token_verdict(agreement: float, tokens: int) -> str:
-    """Token agreement against AGREEMENT_BAR (MLPerf's 99%), read from its exact binomial (Clopper-Pearson) interval over
-    the `tokens` compared: `keeps`, `below`, or `undecided` where too few tokens decide (with every token the same, fewer
+    """Token agreement against AGREEMENT_BAR (MLPerf's 99%), read from its interval over the `tokens` compared
+    (`token_interval`): `keeps`, `below`, or `undecided` where too few tokens decide (with every token the same, fewer
     than about 370); "" where none were compared."""
     if pd.isna(agreement) or tokens < 1:
         return ""
-    interval = stats.binomtest(round(agreement * tokens), tokens).proportion_ci(CONFIDENCE, method="exact")
-    return verdict(agreement, interval.low, interval.high, AGREEMENT_BAR)
+    return verdict(agreement, *token_interval(agreement, tokens), AGREEMENT_BAR)
+
+
+def _lowest_tokens(cells: pd.DataFrame) -> tuple[float, int] | None:
+    """The lowest token agreement of an environment's generating load cells and the tokens it was read over (a batch of
+    `max_batch` prompts' `new_tokens`); None where none was compared."""
+    compared = cells.assign(value=pd.to_numeric(cells["token_agreement"], errors="coerce")).dropna(subset=["value"])
+    if compared.empty:
+        return None
+    lowest = compared.loc[compared["value"].idxmin()]
+    return float(lowest["value"]), int(lowest["batch_size"]) * int(lowest["new_tokens"])
 
 
 def agreement_verdict(cells: pd.DataFrame) -> str:
     """A model's agreement verdict in one environment under load: `keeps` for the baseline itself; generated tokens'
-    from their interval (`token_verdict`, over a batch of `max_batch` prompts' `new_tokens`); otherwise its point decides
-    (a forward output's agreement has no interval)."""
+    from their interval (`token_verdict`); otherwise its point decides (a forward output's agreement has no interval)."""
     value = agreement_of(cells)
     if BASELINE.select(cells) or not (cells["workload"] == "generate").any():
         return verdict(value, None, None, AGREEMENT_BAR)
-    compared = cells.assign(value=pd.to_numeric(cells["token_agreement"], errors="coerce")).dropna(subset=["value"])
-    if compared.empty:
-        return ""
-    lowest = compared.loc[compared["value"].idxmin()]
-    return token_verdict(float(lowest["value"]), int(lowest["batch_size"]) * int(lowest["new_tokens"]))
+    lowest = _lowest_tokens(cells)
+    return token_verdict(*lowest) if lowest else ""
+
+
+def agreement_interval(cells: pd.DataFrame) -> tuple[float, float]:
+    """The interval of an environment's generated tokens' agreement under load (`token_interval` of the lowest); NaNs
+    for a forward output's agreement, which has none, and for the baseline itself."""
+    if BASELINE.select(cells) or not (cells["workload"] == "generate").any():
+        return float("nan"), float("nan")
+    lowest = _lowest_tokens(cells)
+    return token_interval(*lowest) if lowest else (float("nan"), float("nan"))
 
 
 def scenario_table(rows: pd.DataFrame) -> pd.DataFrame:
@@ -432,6 +455,7 @@ def scenario_speedups(rows: pd.DataFrame) -> pd.DataFrame:
             line = {
                 "model": model, "scenario": scenario, "environment": environment, "baseline": baseline[0], "rounds": len(rounds),
                 "agreement": _agreement(cells), "max_abs_diff": pd.to_numeric(cells["max_abs_diff"], errors="coerce").max(),
+                "agreement_low": agreement_interval(cells)[0], "agreement_high": agreement_interval(cells)[1],
                 "no_valid_result": " and ".join(invalid),
             }  # fmt: skip
             if environment == baseline[0]:

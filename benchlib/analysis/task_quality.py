@@ -84,7 +84,8 @@ def speed_and_quality(quality: pd.DataFrame, cell_speedups: pd.DataFrame, load_s
     """Each environment's speed-up over eager float32 per model (the forward pass's cells, `speedups(per_model=True)`; each
     load scenario, `load.scenario_speedups`) beside its quality: the task metric's ratio where the environment scored the
     user's data, else its agreement on the timed batch (`judged_by` says which), and its verdict against the target
-    (from the ratio's interval; agreement has none, so its point decides)."""
+    (from the ratio's interval, or generated tokens' agreement's under load; a forward output's agreement has none, so
+    its point decides)."""
     lines = []
     by_task = quality.set_index(["model", "environment"]) if not quality.empty else pd.DataFrame()
     default_target = float(quality["target"].dropna().iloc[0]) if not quality.empty and quality["target"].notna().any() else 0.99
@@ -98,9 +99,10 @@ def speed_and_quality(quality: pd.DataFrame, cell_speedups: pd.DataFrame, load_s
             if key in by_task.index and pd.notna(by_task.loc[key, "ratio"]):
                 task = by_task.loc[key]
                 judged, value, low, high, judgement, decide = BY_TASK, task["ratio"], task["ratio_low"], task["ratio_high"], task["verdict"], task["decide_examples"]
-            else:
-                value = line.get("agreement", math.nan)
-                judged, low, high, judgement, decide = BY_AGREEMENT, math.nan, math.nan, verdict(value, None, None, default_target), math.nan
+            else:  # generated tokens' agreement under load has its interval (`load.agreement_interval`); elsewhere the point decides
+                value, low, high = line.get("agreement", math.nan), line.get("agreement_low", math.nan), line.get("agreement_high", math.nan)
+                interval = (low, high) if pd.notna(low) and pd.notna(high) else (None, None)
+                judged, judgement, decide = BY_AGREEMENT, verdict(value, *interval, default_target), math.nan
             lines.append({
                 "device": line.get("device", ""), "machine": line.get("machine", ""), "model": line["model"],
                 "measured": line[measured_column] if measured_column else FORWARD_PASS, "environment": line["environment"],

@@ -131,6 +131,8 @@ COLUMNS: dict[str, str] = {
     "column": "The scenario table's column the figure is from.",
     "figure": "The fastest environment's figure, in the unit of its column.",
     "fastest_keeping_99": "The fastest environment whose agreement with eager PyTorch float32 keeps 99% (MLPerf's rule; `agreement_verdict`).",
+    "agreement_low": "The low end of generated tokens' agreement's exact binomial 95% interval under load, over the tokens compared; blank for a forward output's agreement and for the baseline.",
+    "agreement_high": "The high end of generated tokens' agreement's exact binomial 95% interval under load (`agreement_low`).",
     "agreement_verdict": "Agreement against 99% (MLPerf's rule): `keeps`, `below` or `undecided`; generated tokens' from the exact binomial 95% interval over the tokens compared (a batch of `max_batch` prompts' `new_tokens`), so that with every token the same about 370 are needed to keep; a forward output's by its point.",
     "undecided": "The environments faster than the one that keeps 99% whose agreement is undecided (too few tokens compared): never named the fastest that keeps.",
     "figure_keeping_99": "That environment's figure.",

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from benchlib.analysis import load as under_load
+from benchlib.analysis import task_quality
 
 KINDS = {
     "cpu-pytorch": ("pytorch", "eager"), "cpu-onnxruntime": ("onnxruntime", "session"), "cpu-openvino": ("openvino", "model"),
@@ -175,6 +176,12 @@ def test_engines_beside_eager_pytorch_the_fastest_that_keeps_token_agreement_and
         "float32 is cpu-pytorch in every scenario. Faster, but too few tokens compared to tell whether it keeps 99% (undecided), "
         "so not named: cpu-transformers-serve (server). A server's figure is the largest rate it served under the latency bound."
     )
+    # The quality section judges the same agreement the same way: from its interval, never by its point alone.
+    judged = task_quality.speed_and_quality(pd.DataFrame(), pd.DataFrame(), under_load.scenario_speedups(faster)).set_index(["environment", "measured"])
+    assert judged.loc[("cpu-transformers-serve", "server"), "quality_verdict"] == "undecided"
+    assert judged.loc[("cpu-vllm", "server"), "quality_verdict"] == "below"
+    interval = judged.loc[("cpu-transformers-serve", "server"), ["quality_low", "quality_high"]].tolist()
+    assert interval == pytest.approx(list(under_load.token_interval(1.0, 32))) and interval[0] < 0.99 < interval[1]
     assert under_load.overhead_sentences(rows) == [
         "At one request (single-stream), cpu-transformers-serve's time to first token for bert is 12 ms above cpu-pytorch's in "
         "the kit's process (32 ms against 20 ms): what the HTTP request and the engine add.",
