@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
 
 from benchlib.config.eval_data import CLASSIFICATION, PERPLEXITY, SIMILARITY, EvalSet, label_index
 
@@ -156,6 +156,8 @@ def metric(prepared: Prepared, values: np.ndarray, index: np.ndarray | None = No
     if prepared.kind == CLASSIFICATION:
         return float(np.mean(values == gold))
     if prepared.kind == SIMILARITY:
+        from scipy import stats  # here: scipy.stats costs every kernel half a second to import, and only scoring needs it
+
         return float(stats.spearmanr(values, gold).statistic)
     tokens = gold.sum()
     return float(np.exp(values.sum() / tokens)) if tokens else float("nan")
@@ -200,6 +202,8 @@ def _interval(statistic: Callable[[np.ndarray], Any], n: int, seed: int) -> tupl
     if n < 2:
         value = np.atleast_1d(statistic(np.arange(n)))
         return value, value
+    from scipy import stats  # as in `metric`
+
     with warnings.catch_warnings():  # a resample of constant values has no correlation: left out of the percentiles
         warnings.simplefilter("ignore")
         result = stats.bootstrap(
