@@ -4,8 +4,8 @@
 `offline`: samples per second; `single-stream`: the lowest latency at its percentile) and the space: each knob a list of
 values, the kit's (`KIT_KNOBS`) or a backend's own options (its options model says which and what values; in a space
 shared by several environments, each backend's knobs apply to its own). A key of an option that is a table is a knob of
-its own, `option.key` (a serving engine's `engine_args.max-num-seqs`: the value None leaves the key out). Without a space, an automatic one: on a CPU,
-streams dividing the cores (the threads divided among them), `max_batch` in powers of two up to 16 where requests are
+its own, `option.key` (a serving engine's `engine_args.max-num-seqs`: the value None leaves the key out). Without a
+space, an automatic one: on a CPU, streams dividing the cores (the threads divided among them), `max_batch` in powers of two up to 16 where requests are
 batched, and the knobs the backend declares worth trying (`BackendInfo.tune_knobs`); on a GPU, streams as CUDA streams
 (1, 2 and 4), `max_batch` up to 64, the server's batch timeout, and the backend's GPU knobs (`BackendInfo.gpu_tune_knobs`:
 PyTorch's compile mode and attention kernel). Values the environment's own options refuse beside them are left out. The
