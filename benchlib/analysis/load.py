@@ -450,12 +450,13 @@ def scenario_speedups(rows: pd.DataFrame) -> pd.DataFrame:
         base = _time_like(base_rows, scenario)
         for environment, cells in group.groupby("environment", sort=False):
             other = _time_like(cells, scenario)
+            low, high = agreement_interval(cells)
             rounds = sorted(set(base.index) & set(other.index))
             invalid = [name for name, figures in (("baseline", base), ("environment", other)) if figures.empty]
             line = {
                 "model": model, "scenario": scenario, "environment": environment, "baseline": baseline[0], "rounds": len(rounds),
                 "agreement": _agreement(cells), "max_abs_diff": pd.to_numeric(cells["max_abs_diff"], errors="coerce").max(),
-                "agreement_low": agreement_interval(cells)[0], "agreement_high": agreement_interval(cells)[1],
+                "agreement_low": low, "agreement_high": high,
                 "no_valid_result": " and ".join(invalid),
             }  # fmt: skip
             if environment == baseline[0]:
