@@ -19,17 +19,32 @@ def execute_notebook(
     """Execute `notebook` with `parameters` injected into a fresh kernel, the executed copy written to `output`;
     the kernel works in the notebook's folder, starts with `environment` over this process's variables and writes its
     stdout and stderr to `log`. Raises what papermill raises (the notebook's own exception, or a dead kernel's); a full
-    disk met writing `output` (papermill writes it as the cells run) as a DiskFullError."""
+    disk met writing `output` (papermill writes it as the cells run) as a DiskFullError. However it ends, its kernel has
+    ended (`kill_left_kernels`)."""
     import papermill
 
+    managers: list[Any] = []
     try:
         papermill.execute_notebook(
             str(notebook), str(output), parameters=parameters, cwd=str(notebook.parent), progress_bar=False,
-            kernel_manager_class=kernel_manager_logging_to(log, watch, environment),
+            kernel_manager_class=kernel_manager_logging_to(log, watch, environment, managers),
         )  # fmt: skip
     except OSError as exc:  # raised in this process: papermill's own writes
         raise_if_disk_full(exc, output.parent, output.name)
         raise
+    finally:
+        kill_left_kernels(managers)
+
+
+def kill_left_kernels(managers: list[Any]) -> None:
+    """Kill the kernel of each of `managers` still running. papermill shuts its kernel down once the kernel is ready; an
+    interrupt that comes while the kernel starts (nbclient's `setup_kernel`, before its clean-up is armed) would leave
+    the kernel running until its parent poller sees the runner gone, a second or more later."""
+    for manager in managers:
+        process = getattr(getattr(manager, "provisioner", None), "process", None)
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 def describe_failure(exc: BaseException) -> str:
@@ -41,9 +56,12 @@ def describe_failure(exc: BaseException) -> str:
     return status.describe(exc)
 
 
-def kernel_manager_logging_to(path: Path, watch: KernelWatch | None = None, environment: dict[str, str] | None = None) -> type:
+def kernel_manager_logging_to(
+    path: Path, watch: KernelWatch | None = None, environment: dict[str, str] | None = None, managers: list[Any] | None = None,
+) -> type:  # fmt: skip
     """A kernel manager class whose kernels write their process's stdout and stderr to `path`, started with `environment`
-    (variables a runtime reads when it loads) over this process's.
+    (variables a runtime reads when it loads) over this process's; each manager that starts a kernel is added to
+    `managers`, before the kernel's process exists.
 
     Framework start-up messages then stay out of the console and remain for a post-mortem.
     With `watch`, the kernel's process is handed to it when the kernel starts. The kernel gets this
@@ -61,6 +79,8 @@ def kernel_manager_logging_to(path: Path, watch: KernelWatch | None = None, envi
 
     class LoggingKernelManager(AsyncKernelManager):
         async def start_kernel(self, **kw: Any) -> None:
+            if managers is not None:
+                managers.append(self)
             with open(path, "ab") as log:  # the kernel process keeps its own copy of the descriptor
                 await super().start_kernel(stdout=log, stderr=log, env={**os.environ, **(environment or {}), RUNNER_PID_ENV: str(os.getpid())}, **kw)
             if watch is not None:

@@ -76,7 +76,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, llama: Path) -> Interrupted
     run = tmp_path_factory.mktemp("served")
     options = {**environment("cpu-transformers-serve")["options"], "engine_args": ENGINE_ARGS}
     params = run / "params.yaml"
-    params.write_text(yaml.safe_dump({"batch_sizes": [1, 2], "options": options}))
+    params.write_text(yaml.safe_dump({"batch_sizes": [1, 2], "remeasure": 0, "options": options}))  # one pass: one engine
     command = [
         sys.executable, "-m", "benchlib", "run", "--grid", "generate-smoke", "--environments", "cpu-transformers-serve", "--models", str(llama),
         "--params", str(params), "--out", str(run), "--no-summary", "--no-limits", "--quiet",
@@ -90,6 +90,10 @@ def served(tmp_path_factory: pytest.TempPathFactory, llama: Path) -> Interrupted
             group, port = [engine, *engine.children(recursive=True)], port_of(engine)
             assert answers(f"http://127.0.0.1:{port}")  # serving
             os.killpg(runner.pid, signal.SIGINT)
+            # The runner's shutdown of its kernel begins with this interrupt of the kernel's own group (jupyter_client's);
+            # sent now, it is the first thing the kernel meets when it runs again, so that the cell in flight cannot end
+            # before it, however slow the runner is to send its own.
+            os.killpg(os.getpgid(kernel.pid), signal.SIGINT)
         finally:
             kernel.resume()
         out, _ = runner.communicate(timeout=120)
@@ -126,11 +130,14 @@ def port_of(engine: psutil.Process) -> int:
 @pytest.mark.e2e
 def test_transformers_serve_is_timed_and_agrees_with_eager_float32(served: Interrupted, llama: Path) -> None:
     """The cell measured before the interrupt: timed through the stream, its tokens eager float32's, the engine started
-    with the environment's setting as a flag after its serve command."""
+    with the environment's setting as a flag after its serve command. The cell in flight has no row, or a whole one: the
+    kernel can lose an interrupt (Python drops a KeyboardInterrupt raised inside a weakref callback, seen here) and end
+    the cell before the runner's shutdown stops it."""
     from benchlib.store.results import read_results
 
     rows = read_results(served.env_dir)
-    assert list(rows["status"]) == [OK] and list(rows["batch_size"]) == [1], rows["reason"].tolist()
+    assert list(rows["batch_size"]) in ([1], [1, 2]) and set(rows["status"]) == {OK}, (rows[["batch_size", "status", "reason"]].to_string(), served.out)
+    assert (rows["token_agreement"] == 1.0).all()
     row = rows.iloc[0]
     assert row["environment"] == "cpu-transformers-serve" and row["framework"] == "openai" and row["workload"] == "generate"
     assert 0 < row["ttft_s"] < row["generate_s"] and row["tpot_s"] > 0 and row["token_clock"] == "each step"

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from benchlib.paths import PROJECT_ROOT
 from benchlib.store.locking import check_free
 from benchlib.store.recovery import read_in_flight
 from benchlib.store.results import rows_written
+from tests.test_suite_workers import marked_processes
 
 Launch = Callable[[Path, Path], list[str]]
 MODELS = ["gpt2", "bert-base-cased", "distilgpt2"]  # on the smoke grid: batch size 1, sequence lengths 8 and 300
@@ -232,3 +234,38 @@ def test_sigterm_shuts_the_kernel_down_and_the_rerun_goes_on(tmp_path: Path) -> 
     left = read_in_flight(env_dir)  # cleared by the kernel when the interrupt reached the sweep, else left for the rerun
     assert left is None or left["runner_pid"] == runner.pid
     assert_rerun_completes(command, env_dir)
+
+
+# Ctrl-C (a real SIGINT to the runner itself) once the kernel's process exists and before it answers: nbclient's
+# clean-up is not armed yet at that point.
+INTERRUPTED_WHILE_STARTING = """
+import os, signal, sys
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+from benchlib.launch.notebook import execute_notebook
+
+start_client = NotebookClient.start_new_kernel_client
+def interrupted_start(client):
+    os.kill(os.getpid(), signal.SIGINT)
+    return start_client(client)
+NotebookClient.start_new_kernel_client = interrupted_start
+
+folder = Path(sys.argv[1])
+nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}), folder / "one.ipynb")
+execute_notebook(folder / "one.ipynb", folder / "out.ipynb", {}, folder / "kernel.log")
+"""
+
+
+@pytest.mark.e2e
+def test_an_interrupt_while_the_kernel_starts_leaves_no_kernel(tmp_path: Path) -> None:
+    mark = f"starting-{uuid.uuid4().hex}"  # inherited by the kernel's process
+    script = tmp_path / "interrupted.py"
+    script.write_text(textwrap.dedent(INTERRUPTED_WHILE_STARTING), encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script), str(tmp_path)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "BENCHLIB_TEST_MARK": mark})  # fmt: skip
+    assert done.returncode != 0 and "KeyboardInterrupt" in done.stderr, done.stderr
+    assert (tmp_path / "kernel.log").exists()  # a kernel was started
+    assert marked_processes(mark) == [], "the kernel outlived the interrupted execution"
