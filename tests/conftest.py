@@ -34,6 +34,10 @@ use_torch()  # this process runs PyTorch only: transformers must not import Tens
 # that only TensorFlow builds (Transformer-XL). The encoder is the user's BERT folder (`user_models`: its own weights and
 # tokenizer, in TensorFlow from its PyTorch weights). `--full` runs every catalogue model.
 SMOKE_MODELS_DEFAULT = ["gpt2", "distilgpt2", "ctrl", "transfo-xl-wt103"]
+# torch.compile builds for each model and shape, tens of seconds each on a slow CPU. In `make test` the smoke run gives
+# it the catalogue's models (the GPT-2 pair compiled, ctrl's and Transformer-XL's refusals); the user's Llama folder is
+# compiled in the generate run, and `--full` compiles both user folders here too.
+COMPILED_WITHOUT_USER_MODELS = "cpu-torch-compile"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -287,10 +291,23 @@ def smoke_models(request: pytest.FixtureRequest, user_models: dict[str, Path]) -
 
 
 @pytest.fixture(scope="session")
-def smoke_run(tmp_path_factory: pytest.TempPathFactory, network_blocked: NetworkBlock, smoke_models: list[str]) -> Path:
+def smoke_plan(request: pytest.FixtureRequest, smoke_models: list[str], user_models: dict[str, Path]) -> dict[str, list[str]]:
+    """Each CPU environment's models in the smoke run: `smoke_models`, but COMPILED_WITHOUT_USER_MODELS's without the
+    user's folders (unless `--full`)."""
+    mine = {str(path) for path in user_models.values()}
+    full = request.config.getoption("full")
+    return {
+        environment: [model for model in smoke_models if full or environment != COMPILED_WITHOUT_USER_MODELS or model not in mine]
+        for environment in CPU_ENVIRONMENTS
+    }
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory: pytest.TempPathFactory, network_blocked: NetworkBlock, smoke_plan: dict[str, list[str]]) -> Path:
     """The run folder of `python -m benchlib run --grid smoke --models ... --params text.yaml` over every CPU environment
-    (no summary): the smoke grid's models and `user_models`, text inputs where a model has a tokenizer, with the network
-    blocked (`network_blocked`).
+    (no summary), each with its `smoke_plan` models (the smoke grid's and `user_models`), text inputs where a model has a
+    tokenizer, with the network blocked (`network_blocked`): a `benchlib run` for each list of models, into one folder,
+    the first measuring the machine's limits.
 
     Made once per test session (a few minutes): each environment is the benchmark notebook
     executed by papermill in its own kernel. Tests must not change it; copy it first.
@@ -298,11 +315,15 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory, network_blocked: Network
     run_dir = tmp_path_factory.mktemp("smoke-run")
     text = tmp_path_factory.mktemp("smoke-params") / "text.yaml"
     text.write_text("inputs: text\n", encoding="utf-8")
-    completed = _run_cli(
-        "run", "--grid", "smoke", "--environments", ",".join(CPU_ENVIRONMENTS), "--models", ",".join(smoke_models),
-        "--params", str(text), "--out", str(run_dir), "--no-summary", "--quiet", env=network_blocked.env,
-    )  # fmt: skip
-    assert completed.returncode == 0, f"smoke run failed:\n{completed.stdout}\n{completed.stderr}"
+    groups: dict[str, list[str]] = {}  # the models given, and the environments given them
+    for environment, models in smoke_plan.items():
+        groups.setdefault(",".join(models), []).append(environment)
+    for number, (models, environments) in enumerate(groups.items()):
+        completed = _run_cli(
+            "run", "--grid", "smoke", "--environments", ",".join(environments), "--models", models, "--params", str(text), "--out", str(run_dir),
+            "--no-summary", "--quiet", *(["--no-limits"] if number else []), env=network_blocked.env,
+        )  # fmt: skip
+        assert completed.returncode == 0, f"smoke run failed:\n{completed.stdout}\n{completed.stderr}"
     return run_dir
 
 

@@ -77,12 +77,25 @@ def scoring_call(backend: Backend, model: Any, shapes: Sequence[np.ndarray]) -> 
     return make(model, examples)
 
 
+def run_lengths(prepared: Prepared) -> list[np.ndarray]:
+    """The rows as the model reads them. A perplexity row is a causal model's: tokens added after its last change none of
+    its logits, so each is lengthened (its last token repeated) to the next power of two, at most the longest row's
+    length, and its response cut back (`direct_answers`). A backend that compiles per shape (torch.compile, XLA) then
+    compiles for a few lengths, not for every text's. Other rows are read as they are."""
+    if prepared.kind != PERPLEXITY or not prepared.rows:
+        return prepared.rows
+    longest = max(len(row) for row in prepared.rows)
+    lengths = [min(1 << (len(row) - 1).bit_length(), longest) for row in prepared.rows]
+    return [np.concatenate([row, np.full(length - len(row), row[-1], dtype=row.dtype)]) for row, length in zip(prepared.rows, lengths)]
+
+
 def direct_answers(backend: Backend, model: Any, prepared: Prepared, batch: int) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
     """Every row's response in this environment and eager float32's on the same ids (None where the backend has no
-    reference to compare with), batched as the serving loop batches: rows of one length, padded to a bucket with
-    copies of the first."""
-    groups = batches(prepared.rows, batch)
-    padded = [batch_ids([Request(i, prepared.rows[i]) for i in group], batch) for group in groups]
+    reference to compare with), batched as the serving loop batches: rows of one length (`run_lengths`), padded to a
+    bucket with copies of the first."""
+    rows = run_lengths(prepared)
+    groups = batches(rows, batch)
+    padded = [batch_ids([Request(i, rows[i]) for i in group], batch) for group in groups]
     answers: list[np.ndarray | None] = [None] * len(prepared.rows)
     reference: list[np.ndarray | None] | None = [None] * len(prepared.rows)
     with backend.inference_context():
@@ -91,14 +104,20 @@ def direct_answers(backend: Backend, model: Any, prepared: Prepared, batch: int)
             inputs = backend.as_inputs(ids)
             output = as_array(call(inputs))
             for i, answer in zip(group, responses(prepared.kind, output, ids)):
-                answers[i] = answer
+                answers[i] = own_part(answer, prepared, i)
             expected = backend.reference_output(model, inputs) if reference is not None else None
             if expected is None:
                 reference = None
                 continue
             for i, answer in zip(group, responses(prepared.kind, expected, ids)):
-                reference[i] = answer
+                reference[i] = own_part(answer, prepared, i)
     return answers, reference  # type: ignore[return-value]
+
+
+def own_part(answer: np.ndarray, prepared: Prepared, row: int) -> np.ndarray:
+    """A perplexity row's response (one log-likelihood per next token) without the tokens `run_lengths` added; another
+    row's response as it is."""
+    return answer[: len(prepared.rows[row]) - 1] if prepared.kind == PERPLEXITY else answer
 
 
 def quality_columns(backend: Backend, model: Any, spec: ModelSpec, params: BenchmarkParams) -> tuple[Columns, Prepared | None]:

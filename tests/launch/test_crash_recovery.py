@@ -83,7 +83,7 @@ def test_a_second_run_on_a_folder_in_use_is_refused(tmp_path):
 
 
 @pytest.mark.e2e
-def test_run_completes_with_the_network_blocked(smoke_run: Path, smoke_models: list[str], network_blocked: NetworkBlock, tmp_path: Path):
+def test_run_completes_with_the_network_blocked(smoke_run: Path, smoke_plan: dict[str, list[str]], network_blocked: NetworkBlock, tmp_path: Path):
     # The block works: a plain download attempt is stopped and logged.
     tried = tmp_path / "attempts.log"
     url = "import urllib.request; urllib.request.urlopen('https://huggingface.co')"
@@ -92,7 +92,7 @@ def test_run_completes_with_the_network_blocked(smoke_run: Path, smoke_models: l
     # The session's smoke run (every CPU environment, every model and the user's folders, the machine's limits) ran under it.
     for environment in CPU_ENVIRONMENTS:
         rows = read_results(smoke_run / environment)
-        assert len(rows) == len(smoke_models) * len(SMOKE["batch_sizes"]) * len(SMOKE["sequence_lengths"]) and (rows.status != "error").all(), rows.reason.tolist()
+        assert len(rows) == len(smoke_plan[environment]) * len(SMOKE["batch_sizes"]) * len(SMOKE["sequence_lengths"]) and (rows.status != "error").all(), rows.reason.tolist()
     assert not network_blocked.log.exists(), network_blocked.log.read_text()  # the kit tried no connection at all
 
 

@@ -23,13 +23,15 @@ from scipy import stats
 from benchlib import run_environment
 from benchlib.analysis import task_quality
 from benchlib.config.params import ParameterError, validate_params
-from benchlib.measure.quality import SAMPLE_TEXT
+from benchlib.config.eval_data import PERPLEXITY, EvalSet
+from benchlib.measure.quality import SAMPLE_TEXT, own_part, run_lengths
 from benchlib.report import plots
 from benchlib.report.render import render_summary
 from benchlib.scenarios.loadgen import read_accuracy_log
 from benchlib.store.layout import LOADGEN_ACCURACY
 from benchlib.store.results import read_results
 from benchlib.workloads.inputs import sample_text
+from benchlib.workloads.quality import prepare_examples, responses
 from tests.checkpoints import SPECIALS, save_bert, save_llama
 
 SENTENCES = [s.strip() + "." for s in sample_text().replace("\n", " ").split(".") if len(s.split()) > 3]
@@ -248,6 +250,23 @@ def test_a_causal_model_has_a_perplexity_with_eval_data_and_when_generating_with
     paragraphs = [part.strip() for part in sample_text().split("\n\n") if part.strip()]
     assert row["quality_data"] == SAMPLE_TEXT and row["quality_metric"] == "perplexity" and row["quality_n"] == len(paragraphs)
     assert row["quality_value"] == pytest.approx(perplexity_of(made["llama"], paragraphs), rel=1e-5) and row["quality_verdict"] == "keeps"
+
+
+def test_perplexity_rows_are_read_at_few_lengths_and_their_responses_are_their_own(made: dict[str, Path]) -> None:
+    """The sample's paragraphs (86 to 104 tokens here) are read at one length, the longest's, so that a backend compiling
+    per shape compiles once; each row's log-likelihoods, cut back, are those of the row read alone."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(made["llama"])
+    paragraphs = [part.strip() for part in sample_text().split("\n\n") if part.strip()]
+    prepared = prepare_examples(EvalSet(SAMPLE_TEXT, PERPLEXITY, tuple(paragraphs), tuple(range(len(paragraphs)))), tokenizer, 512)
+    read = run_lengths(prepared)
+    assert len({len(row) for row in prepared.rows}) > 1 and {len(row) for row in read} == {max(len(row) for row in prepared.rows)}
+    model = transformers.LlamaForCausalLM.from_pretrained(made["llama"]).eval()
+    with torch.no_grad():
+        for index, (row, longer) in enumerate(zip(prepared.rows, read)):
+            assert np.array_equal(longer[: len(row)], row)
+            alone, = responses(PERPLEXITY, model(torch.from_numpy(row[None])).logits.numpy(), row[None])
+            padded, = responses(PERPLEXITY, model(torch.from_numpy(longer[None])).logits.numpy(), longer[None])
+            assert np.allclose(own_part(padded, prepared, index), alone, atol=1e-5)
 
 
 @pytest.mark.parametrize("environment", ["cpu-pytorch", "cpu-onnxruntime-int8"])

@@ -55,9 +55,12 @@ def smoke_cells(smoke_models: list[str], user_models: dict[str, Path]) -> SmokeC
 
 
 @pytest.mark.e2e
-def test_summary_renders_html_tables_and_figures(smoke_run: Path, smoke_models: list[str], user_models: dict[str, Path], tmp_path: Path) -> None:
+def test_summary_renders_html_tables_and_figures(
+    smoke_run: Path, smoke_models: list[str], smoke_plan: dict[str, list[str]], user_models: dict[str, Path], tmp_path: Path
+) -> None:
     run = shutil.copytree(smoke_run, tmp_path / "run")
     expected = smoke_cells(smoke_models, user_models)
+    compiled = smoke_cells(smoke_plan["cpu-torch-compile"], user_models)  # torch.compile's models (tests/conftest.py)
     html = render_summary([run])
 
     assert html == run / "summary.html"
@@ -96,14 +99,17 @@ def test_summary_renders_html_tables_and_figures(smoke_run: Path, smoke_models: 
     assert speedups.loc["cpu-pytorch", "verdict"] == "baseline" and speedups.loc["cpu-pytorch", "cells"] == expected.pytorch_ok
     # The cells ok in both: ctrl is unsupported by torch.compile, Transformer-XL by every PyTorch-based backend, and
     # TensorFlow lacks architectures (with --full: 29, 28 and 21).
-    assert speedups.loc["cpu-torch-compile", "cells"] == expected.pytorch_ok - 1
+    assert speedups.loc["cpu-torch-compile", "cells"] == compiled.pytorch_ok - 1
     assert speedups.loc["cpu-tensorflow", "cells"] == expected.in_the_study_four
     # OpenVINO's known crash (tests/known_crashes.py) takes its cells out of its environment's count.
     crashed = {env: int(accepted_crash(read_results(run / env), str(user_models["llama"])).sum()) for env in sorted(measured - {"cpu-tensorflow", "cpu-tensorflow-xla"})}
-    assert all(expected.pytorch_ok - 1 - crashes <= speedups.loc[env, "cells"] <= expected.pytorch_ok - crashes for env, crashes in crashed.items()), crashed
+    expected_ok = {env: smoke_cells(smoke_plan[env], user_models).pytorch_ok for env in crashed}
+    assert all(expected_ok[env] - 1 - crashes <= speedups.loc[env, "cells"] <= expected_ok[env] - crashes for env, crashes in crashed.items()), crashed
     # Agreement beside the speed-up: every compared float32 environment agrees at least 99% (the user's folders on text).
     assert (speedups.loc[["cpu-onnxruntime", "cpu-openvino", "cpu-torch-compile", "cpu-tensorflow"], "agreement"] >= 0.99).all()
-    assert set(speedups["weights"].dropna()) == {"pretrained, random"}
+    mine = {str(path) for path in user_models.values()}
+    weights = {env: "pretrained, random" if mine <= set(smoke_plan[env]) else "random" for env in speedups["weights"].dropna().index}
+    assert speedups["weights"].dropna().to_dict() == weights and "pretrained, random" in weights.values()
     assert "The fastest environment whose agreement with eager PyTorch float32 is at least 99% in every cell is " in page
     assert "Agreement on random weights says how far an environment's numbers move" in page
     assert (speedups.loc[sorted(measured), "speedup"] > 0).all()
