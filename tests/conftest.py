@@ -290,6 +290,15 @@ def smoke_models(request: pytest.FixtureRequest, user_models: dict[str, Path]) -
     return [*catalogue, *(str(path) for path in user_models.values())]
 
 
+def by_models(plan: dict[str, list[str]]) -> dict[str, list[str]]:
+    """The environments of `plan` (each with its models) grouped by their models, joined as `--models` takes them: one
+    `benchlib run` each."""
+    groups: dict[str, list[str]] = {}
+    for environment, models in plan.items():
+        groups.setdefault(",".join(models), []).append(environment)
+    return groups
+
+
 @pytest.fixture(scope="session")
 def smoke_plan(request: pytest.FixtureRequest, smoke_models: list[str], user_models: dict[str, Path]) -> dict[str, list[str]]:
     """Each CPU environment's models in the smoke run: `smoke_models`, but COMPILED_WITHOUT_USER_MODELS's without the
@@ -315,10 +324,7 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory, network_blocked: Network
     run_dir = tmp_path_factory.mktemp("smoke-run")
     text = tmp_path_factory.mktemp("smoke-params") / "text.yaml"
     text.write_text("inputs: text\n", encoding="utf-8")
-    groups: dict[str, list[str]] = {}  # the models given, and the environments given them
-    for environment, models in smoke_plan.items():
-        groups.setdefault(",".join(models), []).append(environment)
-    for number, (models, environments) in enumerate(groups.items()):
+    for number, (models, environments) in enumerate(by_models(smoke_plan).items()):
         completed = _run_cli(
             "run", "--grid", "smoke", "--environments", ",".join(environments), "--models", models, "--params", str(text), "--out", str(run_dir),
             "--no-summary", "--quiet", *(["--no-limits"] if number else []), env=network_blocked.env,

@@ -144,33 +144,31 @@ def token_verdict(agreement: float, tokens: int) -> str:
     return verdict(agreement, *token_interval(agreement, tokens), AGREEMENT_BAR)
 
 
-def _lowest_tokens(cells: pd.DataFrame) -> tuple[float, int] | None:
+def _judged_tokens(cells: pd.DataFrame) -> tuple[float, int] | None:
     """The lowest token agreement of an environment's generating load cells and the tokens it was read over (a batch of
-    `max_batch` prompts' `new_tokens`); None where none was compared."""
+    `max_batch` prompts' `new_tokens`; (NaN, 0) where none was compared); None for the baseline itself and for a forward
+    output's agreement, which has no interval."""
+    if BASELINE.select(cells) or not (cells["workload"] == "generate").any():
+        return None
     compared = cells.assign(value=pd.to_numeric(cells["token_agreement"], errors="coerce")).dropna(subset=["value"])
     if compared.empty:
-        return None
+        return float("nan"), 0
     lowest = compared.loc[compared["value"].idxmin()]
     return float(lowest["value"]), int(lowest["batch_size"]) * int(lowest["new_tokens"])
 
 
 def agreement_verdict(cells: pd.DataFrame) -> str:
-    """A model's agreement verdict in one environment under load: `keeps` for the baseline itself; generated tokens'
-    from their interval (`token_verdict`); otherwise its point decides (a forward output's agreement has no interval)."""
-    value = agreement_of(cells)
-    if BASELINE.select(cells) or not (cells["workload"] == "generate").any():
-        return verdict(value, None, None, AGREEMENT_BAR)
-    lowest = _lowest_tokens(cells)
-    return token_verdict(*lowest) if lowest else ""
+    """A model's agreement verdict in one environment under load: generated tokens' from their interval (`token_verdict`);
+    otherwise its point decides (`keeps` for the baseline itself)."""
+    tokens = _judged_tokens(cells)
+    return verdict(agreement_of(cells), None, None, AGREEMENT_BAR) if tokens is None else token_verdict(*tokens)
 
 
 def agreement_interval(cells: pd.DataFrame) -> tuple[float, float]:
     """The interval of an environment's generated tokens' agreement under load (`token_interval` of the lowest); NaNs
     for a forward output's agreement, which has none, and for the baseline itself."""
-    if BASELINE.select(cells) or not (cells["workload"] == "generate").any():
-        return float("nan"), float("nan")
-    lowest = _lowest_tokens(cells)
-    return token_interval(*lowest) if lowest else (float("nan"), float("nan"))
+    tokens = _judged_tokens(cells)
+    return (float("nan"), float("nan")) if tokens is None else token_interval(*tokens)
 
 
 def scenario_table(rows: pd.DataFrame) -> pd.DataFrame:

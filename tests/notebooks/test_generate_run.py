@@ -16,7 +16,7 @@ from benchlib.config.jobs import environment_sets
 from benchlib.paths import PARAMETERS_DIR, PROJECT_ROOT
 from benchlib.status import OK, UNSUPPORTED
 from benchlib.store.layout import FINDINGS_FILE, LIMITS_FILE, SITE_DIR
-from tests.conftest import NetworkBlock, RunCli
+from tests.conftest import NetworkBlock, RunCli, by_models
 from tests.known_crashes import accepted_crash
 from tests.pages import site_problems
 
@@ -63,9 +63,7 @@ def generate_run(
     run_dir = tmp_path_factory.mktemp("generate-run")
     models = ["distilgpt2", str(user_models["llama"])]
     full = request.config.getoption("full")
-    groups: dict[str, list[str]] = {}  # the models given, and the environments given them
-    for environment in environments:
-        groups.setdefault(",".join(models_of(environment, models, full)), []).append(environment)
+    groups = by_models({environment: models_of(environment, models, full) for environment in environments})
     for number, (names, environments) in enumerate(groups.items(), start=1):
         summary = [] if number == len(groups) else ["--no-summary"]
         completed = run_cli(
