@@ -35,6 +35,11 @@ from benchlib.store.cache import entries as cache_entries
 from benchlib.store.disk import size_text, stops_on_full_disk
 from benchlib.store.layout import COMPARE_DIR_PREFIX, SITE_DIR
 
+# jsonschema (under nbformat, under papermill) imports rfc3987_syntax for its "iri" format checker, which builds some 35
+# parsers as it loads: 2.5 s of every command's start on a fast core (python-jsonschema/jsonschema#1428). No notebook's
+# schema uses that format: the commands go without it.
+sys.modules.setdefault("rfc3987_syntax", None)
+
 USAGE_ERROR = 2
 CLUSTER_DISTRIBUTIONS = ("dask", "distributed", "cryptography")  # the cluster extra: pip install 'benchlib[cluster]'
 CLUSTER_FLAGS = {

@@ -56,6 +56,18 @@ def test_the_benchmark_kernel_does_not_import_the_analysis_or_plotting() -> None
     assert found == []
 
 
+def test_the_command_line_starts_without_scipy_stats_or_rfc3987_syntax_and_still_validates_notebooks() -> None:
+    """What every `benchlib` command imports before its work: neither scipy.stats (imported where a statistic is taken)
+    nor jsonschema's IRI checker (`rfc3987_syntax`, seconds to import); nbformat still validates the kit's notebooks."""
+    found = in_fresh_python(
+        "import json, sys; import benchlib.cli; stats = 'scipy.stats' in sys.modules; import nbformat, papermill; "
+        "from benchlib.paths import PROJECT_ROOT; "
+        "nbformat.validate(nbformat.read(PROJECT_ROOT / 'notebooks' / 'benchmark.ipynb', as_version=4)); "
+        "print(json.dumps([stats, sys.modules['rfc3987_syntax'] is None]))"
+    )
+    assert found == [False, True]
+
+
 def test_the_summary_notebook_imports_only_the_public_api() -> None:
     """notebooks/summary.ipynb takes the kit only from `benchlib`'s public names (`from benchlib import ...`)."""
     import ast

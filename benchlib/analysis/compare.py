@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from scipy.stats import mannwhitneyu
 
 from benchlib import status
 from benchlib.analysis import load as under_load
@@ -184,6 +183,8 @@ def _why(status_a: str, reason_a: Any, status_b: str, reason_b: Any) -> str:
 
 def _mann_whitney(samples_a: list[float], samples_b: list[float]) -> float:
     """The two-sided Mann-Whitney U test's p-value of two sets of samples."""
+    from scipy.stats import mannwhitneyu  # here: scipy.stats costs every `benchlib` command a second more to start
+
     return float(mannwhitneyu(samples_a, samples_b, alternative="two-sided").pvalue)
 
 

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from scipy import stats
 
 from benchlib import status
 from benchlib.analysis import significance
@@ -131,6 +130,8 @@ def token_interval(agreement: float, tokens: int) -> tuple[float, float]:
     were."""
     if pd.isna(agreement) or tokens < 1:
         return float("nan"), float("nan")
+    from scipy import stats  # here: scipy.stats costs every `benchlib` command a second more to start
+
     interval = stats.binomtest(round(agreement * tokens), tokens).proportion_ci(CONFIDENCE, method="exact")
     return float(interval.low), float(interval.high)
 

@@ -1,20 +1,25 @@
 """Eager PyTorch float32 for a TensorFlow kernel, in a worker process: the weights TensorFlow loads (made once, in the
 build cache), and the reference outputs and generated tokens that its own are compared with, while the kernel itself
 never imports PyTorch (one framework per kernel). The worker (`python -m benchlib.backends._reference`) starts at the
-first request, takes pickled requests on its standard input and answers on its standard output, and waits idle while
-cells are timed."""
+first request that the build cache cannot answer, takes pickled requests on its standard input and answers on its
+standard output, and waits idle while cells are timed. Its answers are kept in the build cache (`references`, keyed by
+the weights, the model, the input ids and the versions of torch and transformers): a later kernel asking the same,
+another TensorFlow mode, round or run, starts no worker."""
 
 from __future__ import annotations
 
 import pickle
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
-from benchlib.store.cache import Artefact
+from benchlib.machine import package_version
+
+from benchlib.store.cache import Artefact, artefact, digest, record
 
 if TYPE_CHECKING:
     from benchlib.config.catalogue import ModelSpec
@@ -28,6 +33,7 @@ def weights_of(spec: ModelSpec, scale: str, seed: int, cache_dir: Path | None) -
     return weights(spec, scale, seed, cache_dir)
 
 
+ANSWER_FILE = "answer.npy"  # a cached answer's array, in its build cache entry
 _REFERENCE: dict[tuple[Any, ...], Any] = {}  # in the worker: the reference model asked for last
 
 
@@ -81,16 +87,34 @@ class PyTorchWorker:
         return value
 
     def weights(self, spec: ModelSpec, scale: str, seed: int, cache_dir: Path | None) -> Artefact:
-        """The folder of the weights every kernel loads `spec` from (`pytorch.weights`)."""
-        return self._call("weights", spec, scale, seed, cache_dir)
+        """The folder of the weights every kernel loads `spec` from (`pytorch.weights`), recorded as the build's: the
+        worker makes them only where the build cache has none."""
+        from benchlib.backends.pytorch import weights_found
+
+        return weights_found(spec, scale, seed, cache_dir) or record(self._call("weights", spec, scale, seed, cache_dir))
 
     def output(self, spec: ModelSpec, scale: str, seed: int, cache_dir: Path | None, ids: np.ndarray) -> np.ndarray:
         """Eager PyTorch float32's output of `spec` on `ids`."""
-        return self._call("output", spec, scale, seed, cache_dir, np.asarray(ids))
+        return self._answer("output", spec, scale, seed, cache_dir, np.asarray(ids))
 
     def tokens(self, spec: ModelSpec, scale: str, seed: int, cache_dir: Path | None, ids: np.ndarray, new_tokens: int) -> np.ndarray:
         """Eager PyTorch float32's greedy `new_tokens` ids (batch, new_tokens) of `spec` after the prompt `ids`."""
-        return self._call("tokens", spec, scale, seed, cache_dir, np.asarray(ids), new_tokens)
+        return self._answer("tokens", spec, scale, seed, cache_dir, np.asarray(ids), new_tokens)
+
+    def _answer(self, request: str, spec: ModelSpec, scale: str, seed: int, cache_dir: Path | None, ids: np.ndarray, *more: Any) -> np.ndarray:
+        """The worker's answer to `request`, from the build cache where an earlier kernel asked it."""
+        from benchlib.backends.pytorch import weights_identity
+
+        key = {
+            "request": request, "weights": weights_identity(spec, scale, seed), "model": asdict(spec), "scale": scale, "seed": seed,
+            "ids": digest({"shape": ids.shape, "dtype": str(ids.dtype), "values": ids.tobytes().hex()}), "more": more,
+            "torch": package_version("torch"), "transformers": package_version("transformers"),
+        }  # fmt: skip
+
+        def make(folder: Path) -> None:
+            np.save(folder / ANSWER_FILE, self._call(request, spec, scale, seed, cache_dir, ids, *more))
+
+        return np.load(artefact("references", spec.cache_label(scale), key, make, cache_dir).path / ANSWER_FILE)
 
 
 def serve(requests: IO[bytes], answers: IO[bytes]) -> None:

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from benchlib.backends import BackendInfo, lazy_import, register
 from benchlib.backends._export import MODEL_FILE, Exported, ExportedBackend
 from benchlib.backends._optimum import TASK, generation_export, quiet
-from benchlib.backends.pytorch import build_reference
+from benchlib.backends.pytorch import build_reference, use_torch
 from benchlib.machine import package_version
 from benchlib.status import Unsupported
 from benchlib.store.cache import Artefact, artefact, find, folder_bytes
@@ -109,6 +109,7 @@ class OnnxRuntimeBackend(ExportedBackend):
     framework: str = "onnxruntime"
 
     def __post_init__(self) -> None:
+        use_torch()  # one framework per kernel: the export's, before transformers is imported
         self._session_options = ort.SessionOptions()
         self._session_options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, GRAPH_OPTIMIZATION[self.options.graph_optimization])
         self._session_options.intra_op_num_threads = self.num_threads or 0  # 0: ONNX Runtime's default

@@ -36,7 +36,7 @@ from benchlib.backends._ceiling import client_ceiling
 from benchlib.backends._engine import EngineProcess, Venv, answers, engine_flags, flag_name, start_engine, template_flags
 from benchlib.backends._generate import Generator, StepClock
 from benchlib.backends._stream import Completion, StreamClient, gathered
-from benchlib.backends.pytorch import build_reference, reference_tokens, weights, weights_key
+from benchlib.backends.pytorch import build_reference, reference_tokens, use_torch, weights, weights_key
 from benchlib.machine import gpus
 from benchlib.status import Unsupported
 from benchlib.store.cache import ENTRY_FILE, artefact, cache_root
@@ -195,6 +195,7 @@ class OpenAIBackend:
     ceiling: dict[str, Any] | None = None  # the client's own ceiling (`settings`)
 
     def __post_init__(self) -> None:
+        use_torch()  # one framework per kernel: the reference's, before transformers is imported
         self._served: weakref.ref[Served] | None = None  # the model served last, until the sweep lets go of it
 
     def unsupported(self) -> str | None:

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from benchlib.backends import BackendInfo, lazy_import, register
 from benchlib.backends._export import MODEL_FILE, Exported, ExportedBackend
 from benchlib.backends._optimum import generation_export, quiet
-from benchlib.backends.pytorch import bfloat16_unsupported, build_reference
+from benchlib.backends.pytorch import bfloat16_unsupported, build_reference, use_torch
 from benchlib.machine import package_version
 from benchlib.store.cache import Artefact, artefact
 
@@ -128,6 +128,7 @@ class OpenVinoBackend(ExportedBackend):
     framework: str = "openvino"
 
     def __post_init__(self) -> None:
+        use_torch()  # one framework per kernel: the export's, before transformers is imported
         without_telemetry()
         self._core = ov.Core()
         self._config = {"INFERENCE_PRECISION_HINT": INFERENCE_PRECISION[self.precision], "PERFORMANCE_HINT": self.options.performance_hint}

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from benchlib.backends import BackendInfo, lazy_import, register
 from benchlib.backends._generate import Generator, transformers_generator
 from benchlib.machine import bfloat16_cpu_reason, bfloat16_here_reason, gpu_precision_reason, package_version
-from benchlib.store.cache import ENTRY_FILE, Artefact, artefact, compiler_cache, digest
+from benchlib.store.cache import ENTRY_FILE, Artefact, artefact, compiler_cache, digest, find
 
 if TYPE_CHECKING:  # the catalogue sits above the backends: they are handed its entries
     from benchlib.config.catalogue import ModelSpec
@@ -123,19 +123,36 @@ def weights(spec: ModelSpec, scale: str, seed: int, cache_dir: Path | None = Non
     its seeded random weights at `scale` (a `save_pretrained` folder), made once, so that every kernel, round and run on
     this machine loads the same weights and an export made from them matches another kernel's reference. The random
     weights are keyed by the model's class and configuration, the seed and the versions of torch and transformers."""
-    if spec.weights == "pretrained" and spec.source:
-        return Artefact(Path(spec.source), cached=True, made_s=0.0)
-    key = {
-        "model": spec.name, "class": spec.pytorch_class, "config": spec.config_values(scale, **spec.inference_config), "seed": seed,
-        "torch": package_version("torch"), "transformers": package_version("transformers"),
-    }  # fmt: skip
 
     def make(folder: Path) -> None:
         use_torch()
         torch.manual_seed(seed)
         spec.instantiate("pytorch", spec.build_config(scale, **spec.inference_config)).save_pretrained(folder)
 
-    return artefact("weights", spec.cache_label(scale), key, make, cache_dir)
+    return weights_found(spec, scale, seed, cache_dir) or artefact("weights", spec.cache_label(scale), _random_weights_key(spec, scale, seed), make, cache_dir)
+
+
+def _random_weights_key(spec: ModelSpec, scale: str, seed: int) -> dict[str, Any]:
+    return {
+        "model": spec.name, "class": spec.pytorch_class, "config": spec.config_values(scale, **spec.inference_config), "seed": seed,
+        "torch": package_version("torch"), "transformers": package_version("transformers"),
+    }  # fmt: skip
+
+
+def weights_found(spec: ModelSpec, scale: str, seed: int, cache_dir: Path | None = None) -> Artefact | None:
+    """`weights` where nothing is to be made (a checkpoint's own folder, or random weights already in the build cache),
+    else None; PyTorch is not imported."""
+    if spec.weights == "pretrained" and spec.source:
+        return Artefact(Path(spec.source), cached=True, made_s=0.0)
+    return find("weights", spec.cache_label(scale), _random_weights_key(spec, scale, seed), cache_dir)
+
+
+def weights_identity(spec: ModelSpec, scale: str, seed: int) -> str:
+    """What identifies the weights `weights` gives for `spec`, known without making them: `weights_key` of a checkpoint's
+    own folder, or the digest of the random weights' key."""
+    if spec.weights == "pretrained" and spec.source:
+        return weights_key(Artefact(Path(spec.source), cached=True, made_s=0.0))
+    return digest(_random_weights_key(spec, scale, seed))
 
 
 def weights_key(made_from: Artefact) -> str:

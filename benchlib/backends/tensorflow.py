@@ -126,7 +126,7 @@ class TensorFlowBackend:
                 model = spec.instantiate("tensorflow", config)
                 model(model.dummy_inputs, training=False)  # creates the weights
                 if shared:
-                    load_pytorch_weights(model, record(self._worker.weights(spec, scale, self.seed, self.cache_dir)).path)
+                    load_pytorch_weights(model, self._worker.weights(spec, scale, self.seed, self.cache_dir).path)
         except ValueError as exc:
             if "Unrecognized configuration class" in str(exc):  # the Auto class has no TensorFlow model for this architecture
                 raise Unsupported(f"transformers has no TensorFlow {type(config).__name__.removesuffix('Config')} model for {spec.task}") from None

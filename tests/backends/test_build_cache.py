@@ -101,3 +101,39 @@ def test_int8_found_in_the_cache_is_loaded_beside_its_reference(tmp_path: Path, 
     assert set(made["status"]) == set(found["status"]) == {status.OK}
     assert not made["cached"].any() and found["cached"].all() and (found["export_s"] == 0).all()
     assert sorted(entry.kind for entry in entries(tmp_path / "cache")) == ["onnx", "onnx-int8", "weights"]
+
+
+@pytest.mark.e2e
+def test_a_tensorflow_kernel_starts_the_pytorch_worker_only_for_what_the_build_cache_lacks(tmp_path: Path) -> None:
+    """In one TensorFlow process, two backends one after the other, as two kernels (each with a worker of its own): the
+    first's worker makes the weights and eager PyTorch's answers for tiny causal distilgpt2; the second finds them (no
+    worker) and gets the same answers, and asks its worker only for another prompt's. PyTorch is never imported there."""
+    kernels = run_python(f"""
+        import json, sys
+        import numpy as np
+        from pathlib import Path
+        from benchlib.backends import load_backend
+        from benchlib.config.models import ModelRequest, resolve_model
+        from benchlib.store.cache import recording
+
+        spec = resolve_model("distilgpt2", ModelRequest(task="causal-lm"))
+        kernels = []
+        for seeds in ([0], [0, 1]):
+            backend = load_backend("tensorflow", "function", workload="generate", seed=0, cache_dir=Path({str(tmp_path / "cache")!r}))
+            with recording() as artefacts:
+                built = backend.build(spec, "tiny")
+            answers = []
+            for seed in seeds:
+                inputs = backend.as_inputs(np.random.default_rng(seed).integers(0, 1000, (2, 8)))
+                output, tokens = backend.reference_output(built, inputs), backend.reference_tokens(built, inputs, 3)
+                answers.append({{"output": output.round(6).tolist(), "tokens": tokens.tolist(), "worker": backend._worker._process is not None}})
+            kernels.append({{"built_from": [[item.label, item.cached] for item in artefacts], "answers": answers}})
+        print(json.dumps([kernels, "torch" in sys.modules]))
+    """)
+    (first, second), torch_imported = kernels
+    assert first["built_from"] == [["distilgpt2-tiny", False]] and first["answers"][0]["worker"]
+    assert second["built_from"] == [["distilgpt2-tiny", True]]
+    again, other = second["answers"]
+    assert not again["worker"] and (again["output"], again["tokens"]) == (first["answers"][0]["output"], first["answers"][0]["tokens"])
+    assert other["worker"] and other["tokens"] != again["tokens"] and not torch_imported
+    assert [entry.kind for entry in entries(tmp_path / "cache")].count("references") == 4  # output and tokens, for each of two prompts

@@ -90,18 +90,24 @@ def test_tensorflow_out_of_memory_ends_one_cell_and_the_sweep_goes_on(tmp_path):
 
 
 @pytest.mark.e2e
-def test_a_sweep_does_not_import_scikit_learn_through_transformers(tmp_path):
-    """transformers imports scikit-learn only for what no benchmark calls (about 1.3 s of every kernel's start)."""
-    grid = params(tmp_path, models=["gpt2"], repeat=1, number=1)
+def test_a_sweep_imports_neither_scikit_learn_nor_tensorflow_through_transformers(tmp_path):
+    """transformers imports scikit-learn only for what no benchmark calls (about 1.3 s of every kernel's start), and
+    TensorFlow wherever it is installed unless told not to: a kernel of an environment made from PyTorch (eager, ONNX
+    Runtime's and OpenVINO's exports) holds neither (TensorFlow's import: about 5 s on a slow core, and its memory)."""
+    grids = [
+        params(tmp_path, environment=f"cpu-{framework}", framework=framework, mode=mode, models=["gpt2"], repeat=1, number=1,
+               output_dir=str(tmp_path / framework))
+        for framework, mode in (("onnxruntime", "session"), ("openvino", "compiled"))
+    ]  # fmt: skip
     imported = run_python(
         f"""
         import json, sys, benchlib
-        rows = benchlib.run_environment({grid!r}, progress=False)
+        statuses = [benchlib.run_environment(grid, progress=False).status.tolist() for grid in {grids!r}]
         sklearn = sorted(name for name in sys.modules if name.partition(".")[0] == "sklearn")
-        print(json.dumps([rows.status.tolist(), "transformers.generation.utils" in sys.modules, sklearn]))
+        print(json.dumps([statuses, "transformers.generation.utils" in sys.modules, sklearn, "tensorflow" in sys.modules]))
         """
     )
-    assert imported == [["ok"], True, []]
+    assert imported == [[["ok"], ["ok"]], True, [], False]
 
 
 def test_a_process_that_has_transformers_generation_keeps_its_scikit_learn(monkeypatch):

@@ -47,6 +47,17 @@ def environments_of(full: bool) -> list[str]:
     return [environment for environment in GENERATING if full or environment not in FULL_ONLY]
 
 
+def write_short_text(folder: Path) -> Path:
+    """Parameters giving the run a text of one short paragraph: the Llama folder's perplexity (scored in each environment
+    as it generates) is one window, one shape for torch.compile to build, rather than the kit's sample's few (its windows'
+    lengths are tested in tests/measure/test_quality_on_data.py)."""
+    text = folder / "short.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog, and the dog sleeps on in the sun.\n", encoding="utf-8")
+    params = folder / "short-text.yaml"
+    params.write_text(yaml.safe_dump({"text_file": str(text)}), encoding="utf-8")
+    return params
+
+
 @pytest.fixture(scope="module")
 def environments(request: pytest.FixtureRequest) -> list[str]:
     return environments_of(request.config.getoption("full"))
@@ -58,17 +69,18 @@ def generate_run(
     user_models: dict[str, Path], environments: list[str],
 ) -> Path:
     """The generate run: every generating environment (`make test`: but FULL_ONLY's) on both models, but torch.compile
-    on the Llama folder alone (`models_of`), in two `benchlib run` calls into one run folder, the second making the
-    summary of both."""
+    on the Llama folder alone (`models_of`), with a text of one paragraph (`write_short_text`), in two `benchlib run` calls
+    into one run folder, the second making the summary of both."""
     run_dir = tmp_path_factory.mktemp("generate-run")
+    params = write_short_text(tmp_path_factory.mktemp("generate-params"))
     models = ["distilgpt2", str(user_models["llama"])]
     full = request.config.getoption("full")
     groups = by_models({environment: models_of(environment, models, full) for environment in environments})
     for number, (names, environments) in enumerate(groups.items(), start=1):
         summary = [] if number == len(groups) else ["--no-summary"]
         completed = run_cli(
-            "run", "--grid", "generate-smoke", "--environments", ",".join(environments), "--models", names, "--out", str(run_dir),
-            "--quiet", *summary, env=network_blocked.env,
+            "run", "--grid", "generate-smoke", "--environments", ",".join(environments), "--models", names, "--params", str(params),
+            "--out", str(run_dir), "--quiet", *summary, env=network_blocked.env,
         )  # fmt: skip
         assert completed.returncode == 0, f"generate run failed:\n{completed.stdout}\n{completed.stderr}"
     return run_dir
