@@ -12,6 +12,7 @@ import uuid
 
 import psutil
 import pytest
+import yaml
 
 from benchlib.paths import PROJECT_ROOT
 from tests.conftest import SMOKE_RUN, SMOKE_RUN_MODULES, _run_cli, timed_out, work_unit, worker_cpus
@@ -88,9 +89,11 @@ def test_a_run_past_its_limit_names_the_environment_it_was_running_and_since_whe
 @pytest.mark.e2e
 def test_a_run_stopped_at_its_limit_fails_the_test_in_one_message_and_leaves_no_process(tmp_path) -> None:
     """A fixture's run stopped by its limit: stopped as Ctrl-C stops it (its kernel with it), and the test fails naming
-    the environment that was running."""
-    args = ("run", "--grid", "smoke", "--environments", "cpu-pytorch", "--models", "bert-base-cased", "--out", str(tmp_path / "run"),
-            "--no-summary", "--no-limits")  # fmt: skip
+    the environment that was running. The run's cells take minutes on any machine (a hundred thousand calls each)."""
+    params = tmp_path / "long.yaml"
+    params.write_text(yaml.safe_dump({"repeat": 10_000, "number": 10, "remeasure": 0}), encoding="utf-8")
+    args = ("run", "--grid", "smoke", "--environments", "cpu-pytorch", "--models", "bert-base-cased", "--params", str(params),
+            "--out", str(tmp_path / "run"), "--no-summary", "--no-limits")  # fmt: skip
     mark = f"limit-{uuid.uuid4().hex}"  # inherited by every process the run starts, its kernel included
     with pytest.raises(pytest.fail.Exception) as failed:
         _run_cli(*args, timeout=8, env={**os.environ, "BENCHLIB_TEST_MARK": mark})
