@@ -7,7 +7,6 @@ import time
 import pytest
 import torch
 
-from benchlib import run_environment
 from benchlib.backends.pytorch import PyTorchBackend
 from benchlib.measure.memory import CellPeakMemory, PeakRSS, clear_refs_available
 from benchlib.measure.timing import TimingSpec, measure
@@ -25,15 +24,18 @@ def grid(tmp_path, name, **overrides):
     return {**values, **overrides}
 
 
-def peaks(rows):
-    return {(b, s): p for b, s, p in zip(rows.batch_size, rows.sequence_length, rows.peak_memory_bytes)}
-
-
 @pytest.mark.parametrize("batch_sizes", [[1, 32], [32, 1]], ids=["small-first", "large-first"])
 def test_bigger_input_bigger_peak_on_a_real_pytorch_cell(tmp_path, batch_sizes):
-    rows = run_environment(grid(tmp_path, "cpu-pytorch", batch_sizes=batch_sizes), progress=False)
-    peak = peaks(rows)
-    assert (rows.status == "ok").all() and all(p > 100 * MIB for p in peak.values())
+    """In a fresh process, as a kernel is: a long-lived one (a test worker after hundreds of tests) can hold enough
+    freed memory for the larger cell to fit in without its resident set growing."""
+    rows = run_python(f"""
+        import json
+        from benchlib import run_environment
+        rows = run_environment({grid(tmp_path, "cpu-pytorch", batch_sizes=batch_sizes)!r}, progress=False)
+        print(json.dumps(rows[["batch_size", "sequence_length", "status", "peak_memory_bytes"]].values.tolist()))
+    """)
+    peak = {(b, s): p for b, s, _, p in rows}
+    assert [state for *_, state, _ in rows] == ["ok"] * 4 and all(p > 100 * MIB for p in peak.values())
     # 32 x 512 holds two 32 x 2 x 512 x 512 float attention maps (64 MiB each) at least briefly.
     assert peak[(32, 512)] > peak[(1, 512)] + 16 * MIB
     assert peak[(32, 512)] > peak[(32, 8)] + 16 * MIB
