@@ -18,7 +18,6 @@ from typing import IO, TYPE_CHECKING, Any
 import numpy as np
 
 from benchlib.machine import package_version
-
 from benchlib.store.cache import Artefact, artefact, digest, record
 
 if TYPE_CHECKING:
