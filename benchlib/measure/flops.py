@@ -21,12 +21,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from benchlib.backends import unsupported_reason
 from benchlib.config.catalogue import ModelSpec
+from benchlib.machine import package_version
+from benchlib.store.cache import artefact, digest
 
 DIMENSIONS: tuple[str, ...] = ("B", "S")  # batch size, sequence length: the names every term may use
 
@@ -329,23 +332,48 @@ def counted_flops(spec: ModelSpec, scale: str, batch_size: int, sequence_length:
     return count_flops(spec, scale, batch_size, sequence_length).flops
 
 
-_PARAMETER_COUNTS: dict[tuple[str, ...], int] = {}
+_PARAMETER_COUNTS: dict[str, int] = {}
+PARAMETERS_FILE = "parameters.json"  # a `parameters` entry of the build cache: the count
 
 
 def parameter_count(spec: ModelSpec, scale: str) -> int:
     """Parameters of the bare PyTorch model at `scale` (shared weights once), counted on the meta
-    device: no memory, no initialisation (on the CPU for a constructor that cannot run on meta)."""
+    device: no memory, no initialisation (on the CPU for a constructor that cannot run on meta).
+
+    Counted once per model, configuration and versions of torch and transformers on this machine: the count is kept
+    in the build cache (`parameters`), so that a later process (a summary's kernel) finding it there imports neither
+    torch nor transformers. Where the cache cannot be written, it is counted in this process only.
+    """
+    config = json.dumps(_config(spec, scale), sort_keys=True, default=str)
+    key = {"model": spec.name, "class": spec.pytorch_class, "scale": scale, "config": config, **_framework_versions()}
+    name = digest(key)
+    if name not in _PARAMETER_COUNTS:
+
+        def make(folder: Path) -> None:
+            (folder / PARAMETERS_FILE).write_text(json.dumps(_counted_parameters(spec, scale)), encoding="utf-8")
+
+        try:
+            entry = artefact("parameters", spec.cache_label(scale), key, make)
+            _PARAMETER_COUNTS[name] = json.loads((entry.path / PARAMETERS_FILE).read_text(encoding="utf-8"))
+        except OSError:
+            _PARAMETER_COUNTS[name] = _counted_parameters(spec, scale)
+    return _PARAMETER_COUNTS[name]
+
+
+@cache
+def _framework_versions() -> dict[str, str | None]:
+    return {"torch": package_version("torch"), "transformers": package_version("transformers")}
+
+
+def _counted_parameters(spec: ModelSpec, scale: str) -> int:
     import torch
 
-    key = (spec.name, spec.pytorch_class, scale, json.dumps(_config(spec, scale), sort_keys=True, default=str))
-    if key not in _PARAMETER_COUNTS:
-        try:
-            with torch.device("meta"):
-                model = _build_model(spec, scale)
-        except Exception:  # noqa: BLE001  (e.g. legacy torch.FloatTensor(...) constructors)
+    try:
+        with torch.device("meta"):
             model = _build_model(spec, scale)
-        _PARAMETER_COUNTS[key] = sum(p.numel() for p in model.parameters())
-    return _PARAMETER_COUNTS[key]
+    except Exception:  # noqa: BLE001  (e.g. legacy torch.FloatTensor(...) constructors)
+        model = _build_model(spec, scale)
+    return sum(p.numel() for p in model.parameters())
 
 
 def parameter_bytes(spec: ModelSpec, scale: str, bytes_per_element: int = 4) -> int:

@@ -203,3 +203,32 @@ def test_bytes_and_intensity_are_positive_and_grow_with_the_batch(name):
     # Activations grow with the batch (Transformer-XL's position projection is shared by the batch).
     assert activation_bytes(spec, "full", 1, 64) < activation_bytes(spec, "full", 2, 64) <= 2 * activation_bytes(spec, "full", 1, 64)
     print(f"{name}: intensity at 1..8x64: {', '.join(f'{i:.1f}' for i in intensities)} FLOP/byte")
+
+
+def test_a_parameter_count_is_kept_in_the_build_cache_and_a_later_process_reads_it_without_torch(tmp_path, monkeypatch):
+    """A summary's kernel sets a cell against the bytes of its weights: the first process to ask counts them (on the
+    meta device) and keeps the count; the next finds it without importing torch or transformers."""
+    from tests.frameworks import run_python
+
+    monkeypatch.setenv("BENCHLIB_CACHE", str(tmp_path / "cache"))
+    ask = """
+        import json, sys
+        from benchlib.config.catalogue import get_model
+        from benchlib.measure.flops import parameter_count
+        count = parameter_count(get_model("gpt2"), "tiny")
+        print(json.dumps({"count": count, "imported": sorted({"torch", "transformers"} & set(sys.modules))}))
+    """
+    first, second = run_python(ask), run_python(ask)
+    assert first["imported"] == ["torch", "transformers"] and second["imported"] == []
+    spec = get_model("gpt2")
+    assert first["count"] == second["count"] == sum(p.numel() for p in _meta_model(spec).parameters())
+    assert [path.parent.name.split("-")[0] for path in (tmp_path / "cache" / "parameters").glob("*/parameters.json")] == ["gpt2"]
+
+
+def _meta_model(spec: ModelSpec):
+    import torch
+
+    from benchlib.measure.flops import _build_model
+
+    with torch.device("meta"):
+        return _build_model(spec, "tiny")
