@@ -38,6 +38,12 @@ SMOKE_MODELS_DEFAULT = ["gpt2", "distilgpt2", "ctrl", "transfo-xl-wt103"]
 # it the catalogue's models (the GPT-2 pair compiled, ctrl's and Transformer-XL's refusals); the user's Llama folder is
 # compiled in the generate run, and `--full` compiles both user folders here too.
 COMPILED_WITHOUT_USER_MODELS = "cpu-torch-compile"
+# The CPU environments that only `--full` gives the smoke run: variations whose guarantee `make test` checks elsewhere,
+# for less than a kernel of their own each (about 10 s here, twice that on the slowest type). OpenVINO's int8 is
+# cpu-openvino's export with its weights compressed: its forward pass agrees within int8's tolerance in
+# tests/backends/test_optimum_generate.py. Eager attention is cpu-pytorch's kernel with one option: measured beside sdpa
+# in tests/backends/test_backends.py, and in tests/measure/test_memory.py's peak-memory comparison.
+SMOKE_FULL_ONLY = ("cpu-openvino-int8", "cpu-pytorch-eager-attention")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -301,20 +307,21 @@ def by_models(plan: dict[str, list[str]]) -> dict[str, list[str]]:
 
 @pytest.fixture(scope="session")
 def smoke_plan(request: pytest.FixtureRequest, smoke_models: list[str], user_models: dict[str, Path]) -> dict[str, list[str]]:
-    """Each CPU environment's models in the smoke run: `smoke_models`, but COMPILED_WITHOUT_USER_MODELS's without the
-    user's folders (unless `--full`)."""
+    """The smoke run's CPU environments (but SMOKE_FULL_ONLY's, unless `--full`), each with its models: `smoke_models`, but
+    COMPILED_WITHOUT_USER_MODELS's without the user's folders (unless `--full`)."""
     mine = {str(path) for path in user_models.values()}
     full = request.config.getoption("full")
     return {
         environment: [model for model in smoke_models if full or environment != COMPILED_WITHOUT_USER_MODELS or model not in mine]
         for environment in CPU_ENVIRONMENTS
+        if full or environment not in SMOKE_FULL_ONLY
     }
 
 
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory: pytest.TempPathFactory, network_blocked: NetworkBlock, smoke_plan: dict[str, list[str]]) -> Path:
-    """The run folder of `python -m benchlib run --grid smoke --models ... --params text.yaml` over every CPU environment
-    (no summary), each with its `smoke_plan` models (the smoke grid's and `user_models`), text inputs where a model has a
+    """The run folder of `python -m benchlib run --grid smoke --models ... --params text.yaml` over `smoke_plan`'s CPU
+    environments (no summary), each with its `smoke_plan` models (the smoke grid's and `user_models`), text inputs where a model has a
     tokenizer, with the network blocked (`network_blocked`): a `benchlib run` for each list of models, into one folder,
     the first measuring the machine's limits.
 

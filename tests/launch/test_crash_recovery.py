@@ -13,7 +13,7 @@ import yaml
 from benchlib import read_results
 from benchlib.paths import PARAMETERS_DIR, PROJECT_ROOT
 from benchlib.store.recovery import read_in_flight
-from tests.conftest import CPU_ENVIRONMENTS, NetworkBlock
+from tests.conftest import NetworkBlock
 from tests.kernels import kill_mid_cell
 
 SMOKE = yaml.safe_load((PARAMETERS_DIR / "grids" / "smoke.yaml").read_text())
@@ -89,8 +89,8 @@ def test_run_completes_with_the_network_blocked(smoke_run: Path, smoke_plan: dic
     url = "import urllib.request; urllib.request.urlopen('https://huggingface.co')"
     probe = subprocess.run([sys.executable, "-c", url], env={**network_blocked.env, "NETWORK_ATTEMPTS_LOG": str(tried)}, capture_output=True, text=True)
     assert probe.returncode != 0 and "network blocked" in probe.stderr and tried.read_text()
-    # The session's smoke run (every CPU environment, every model and the user's folders, the machine's limits) ran under it.
-    for environment in CPU_ENVIRONMENTS:
+    # The session's smoke run (its CPU environments, every model and the user's folders, the machine's limits) ran under it.
+    for environment in smoke_plan:
         rows = read_results(smoke_run / environment)
         assert len(rows) == len(smoke_plan[environment]) * len(SMOKE["batch_sizes"]) * len(SMOKE["sequence_lengths"]) and (rows.status != "error").all(), rows.reason.tolist()
     assert not network_blocked.log.exists(), network_blocked.log.read_text()  # the kit tried no connection at all

@@ -20,7 +20,7 @@ from benchlib.config.catalogue import load_catalogue
 from benchlib.config.params import BenchmarkParams
 from benchlib.paths import BENCHMARK_NOTEBOOK, PARAMETERS_DIR
 from benchlib.status import OK, STATUSES, TOO_LONG, UNSUPPORTED
-from tests.conftest import COMPILED_WITHOUT_USER_MODELS, CPU_ENVIRONMENTS
+from tests.conftest import COMPILED_WITHOUT_USER_MODELS, CPU_ENVIRONMENTS, SMOKE_FULL_ONLY
 from tests.known_crashes import accepted_crash
 
 SMOKE = yaml.safe_load((PARAMETERS_DIR / "grids" / "smoke.yaml").read_text())
@@ -56,7 +56,7 @@ def check_rows(output_dir: Path, grid: dict, environment: dict) -> None:
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("environment", CPU_ENVIRONMENTS)
+@pytest.mark.parametrize("environment", [pytest.param(name, marks=pytest.mark.full) if name in SMOKE_FULL_ONLY else name for name in CPU_ENVIRONMENTS])
 def test_smoke_grid_in_each_cpu_environment(smoke_run: Path, smoke_plan: dict[str, list[str]], user_models: dict[str, Path], environment: str) -> None:
     env = yaml.safe_load((PARAMETERS_DIR / "environments" / f"{environment}.yaml").read_text())
     output_dir = smoke_run / environment
@@ -92,9 +92,9 @@ def test_user_models_run_in_every_cpu_environment(smoke_run: Path, smoke_plan: d
     ok or unsupported with a reason; ONNX Runtime, OpenVINO and torch.compile (where the smoke run gives it them: `make
     test-full`) agree with eager float32 on the text, and TensorFlow runs the BERT from the PyTorch weights."""
     llama, bert = str(user_models["llama"]), str(user_models["bert"])
-    given = [environment for environment in CPU_ENVIRONMENTS if {llama, bert} <= set(smoke_plan[environment])]
-    assert set(CPU_ENVIRONMENTS) - set(given) <= {COMPILED_WITHOUT_USER_MODELS}
-    rows = pd.concat([read_results(smoke_run / environment) for environment in CPU_ENVIRONMENTS], ignore_index=True)
+    given = [environment for environment in smoke_plan if {llama, bert} <= set(smoke_plan[environment])]
+    assert set(smoke_plan) - set(given) <= {COMPILED_WITHOUT_USER_MODELS}
+    rows = pd.concat([read_results(smoke_run / environment) for environment in smoke_plan], ignore_index=True)
     mine = rows[rows["model"].isin([llama, bert])].set_index(["environment", "model", "sequence_length"])
     assert len(mine) == len(given) * 2 * len(SMOKE["sequence_lengths"])
     crashed = accepted_crash(mine.reset_index(), llama).to_numpy()
