@@ -83,9 +83,13 @@ FIRST_UNITS = (SMOKE_RUN, "tests/notebooks/test_generate_run.py")  # the two lon
 
 def pytest_configure(config: pytest.Config) -> None:
     """In a pytest-xdist worker: this process, and every process it starts, runs on the worker's share of the CPUs.
-    Every process times its fixtures (tests/timings.py); with `--test-times`, the controlling one writes them down."""
+    SIGINT is answered as in a terminal, even where the suite's shell ignored it. Every process times its fixtures (tests/timings.py); with `--test-times`, the controlling one writes them down."""
     config.pluginmanager.register(timings, "benchlib-fixture-times")
     timings.register(config)
+    # A suite started in the background by a script (`make test &`: the shell ignores SIGINT there, and every process
+    # started after inherits that) still has the processes its tests start stop on SIGINT, which its tests send them.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if (workerinput := getattr(config, "workerinput", None)) is not None:
         os.sched_setaffinity(0, worker_cpus(os.sched_getaffinity(0), workerinput["workerid"], workerinput["workercount"]))
 

@@ -76,6 +76,29 @@ def test_each_worker_and_the_processes_its_tests_start_run_on_its_own_cpus(tmp_p
         assert fixtures["slow_fixture"][0] == "module" and fixtures["slow_fixture"][1] >= 0.3
 
 
+# One test module of an inner session started with SIGINT ignored: it records whether a process it starts ignores it.
+SIGINT_PROBE = """
+import json, subprocess, sys
+from pathlib import Path
+
+def test_probe():
+    child = subprocess.run([sys.executable, "-c", "import signal; print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)"], capture_output=True, text=True)
+    (Path(__file__).parent / "child.json").write_text(json.dumps({"ignored": child.stdout.strip() == "True"}))
+"""
+
+
+@pytest.mark.e2e
+def test_a_suite_started_with_sigint_ignored_starts_processes_that_answer_it(tmp_path) -> None:
+    """As `make test &` from a script starts it (the shell ignores SIGINT for a background command): the processes the
+    tests start still stop on SIGINT, which the tests of a stopped run and an interrupted kernel send them."""
+    (tmp_path / "test_probe.py").write_text(textwrap.dedent(SIGINT_PROBE), encoding="utf-8")
+    pytest_command = [sys.executable, "-m", "pytest", "-n", "1", "-p", "tests.conftest", "-p", "no:cacheprovider", "-q", "--rootdir", str(tmp_path), str(tmp_path)]
+    ignoring = f"import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); os.execv(sys.executable, {pytest_command!r})"
+    completed = subprocess.run([sys.executable, "-c", ignoring], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert json.loads((tmp_path / "child.json").read_text()) == {"ignored": False}
+
+
 def test_a_run_past_its_limit_names_the_environment_it_was_running_and_since_when() -> None:
     lines = [(2.0, "run folder: x\n"), (10.0, "[1/2] cpu-pytorch: pytorch/eager on cpu, 2 cells\n"), (50.0, "[1/2] cpu-pytorch: done in 40 s\n"),
              (55.0, "[2/2] cpu-torch-compile: pytorch/compile on cpu, 2 cells\n"), (60.0, "a warning\n")]  # fmt: skip
