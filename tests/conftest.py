@@ -83,7 +83,8 @@ FIRST_UNITS = (SMOKE_RUN, "tests/notebooks/test_generate_run.py")  # the two lon
 
 def pytest_configure(config: pytest.Config) -> None:
     """In a pytest-xdist worker: this process, and every process it starts, runs on the worker's share of the CPUs.
-    SIGINT is answered as in a terminal, even where the suite's shell ignored it. Every process times its fixtures (tests/timings.py); with `--test-times`, the controlling one writes them down."""
+    SIGINT is answered as in a terminal, even where the suite's shell ignored it. Every process times its fixtures
+    (tests/timings.py); with `--test-times`, the controlling one writes them down."""
     config.pluginmanager.register(timings, "benchlib-fixture-times")
     timings.register(config)
     # A suite started in the background by a script (`make test &`: the shell ignores SIGINT there, and every process
