@@ -1,4 +1,5 @@
-"""TensorFlow: the model called inside `tf.function` (mode `function`) or `tf.function(jit_compile=True)` (mode `xla`).
+"""TensorFlow: the model called inside `tf.function` (mode `function`) or `tf.function(jit_compile=True)` (mode `xla`),
+traced without AutoGraph where the model allows (`traced`).
 
 The model loads the same weights as every PyTorch-derived environment (`pytorch.weights`: its safetensors are read
 without PyTorch), so that its output is compared with eager PyTorch float32's, which a worker process computes
@@ -12,6 +13,7 @@ the key/value cache on, exactly n new tokens (`min_length` keeps the end of sequ
 fixed prompt length, the fixed-size input the post pads to, so each cell is one shape, traced (and compiled) once per
 number of new tokens: the cell's, and 1, which the workload times the first token with. In a graph, transformers'
 `generate` cannot make a single token, so one token is `generate`'s first step (`first_token`) in a `tf.function` of its own.
+`generate` branches on tensors (has every sequence ended?): it is traced with AutoGraph.
 """
 
 from __future__ import annotations
@@ -139,8 +141,7 @@ class TensorFlowBackend:
 
     def prepare(self, built: Built, inputs: tf.Tensor) -> Callable[[], Any]:
         model = built.model
-        function = tf.function(lambda ids: model(ids, training=False), jit_compile=self.mode == "xla")
-        function.get_concrete_function(inputs)  # traces the graph now (XLA compiles it at the first call)
+        function = traced(lambda ids: model(ids, training=False), self.mode == "xla", inputs)  # XLA compiles at the first call
 
         def call() -> Any:
             return function(inputs)
@@ -151,7 +152,8 @@ class TensorFlowBackend:
         """A call on any of the shapes of `examples`: one `tf.function` (XLA with mode xla), traced for each shape now, that
         returns once the device is done (TensorFlow chooses its GPU streams itself)."""
         model = built.model
-        function = tf.function(lambda ids: model(ids, training=False), jit_compile=self.mode == "xla")
+        with tf.device(self._device):
+            function = traced(lambda ids: model(ids, training=False), self.mode == "xla", examples[0])
 
         def call(x: tf.Tensor) -> Any:
             with tf.device(self._device):
@@ -240,6 +242,21 @@ class TensorFlowBackend:
             "cuda": str(build.get("cuda_version")),
             "cudnn": str(build.get("cudnn_version")),
         }
+
+
+def traced(forward: Callable[[tf.Tensor], Any], jit: bool, example: tf.Tensor) -> Any:
+    """`forward` in a `tf.function` (XLA's with `jit`), its graph traced on `example` now. Without AutoGraph, whose rewrite
+    of the model's Python source was most of the tracing (a tiny model's first trace on one core: 1.3 to 2.6 s with it,
+    0.1 to 0.3 s without) and changes nothing in these graphs: a transformers model's forward pass branches on shapes and
+    settings, not on tensors (the same operations either way: tests/backends/test_tensorflow_graph.py). A model whose
+    Python does branch on a tensor, which only AutoGraph turns into graph operations, is traced with it."""
+    try:
+        function = tf.function(forward, jit_compile=jit, autograph=False)
+        function.get_concrete_function(example)
+    except tf.errors.OperatorNotAllowedInGraphError:
+        function = tf.function(forward, jit_compile=jit)
+        function.get_concrete_function(example)
+    return function
 
 
 def attention_mask(model: Any, ids: tf.Tensor) -> dict[str, tf.Tensor]:
