@@ -102,9 +102,10 @@ def test_nvmls_fields_reach_every_row_and_environment_json(tmp_path: Path, monke
     assert rows["gpu_sustained_mhz"].eq(1980).all() and rows["gpu_power_w"].eq(250).all() and rows["gpu_temperature_c"].eq(41).all()
     assert rows["gpu_memory_bytes"].eq(3 * 2**30).all() and rows["gpu_throttle"].isna().all() and rows["slowed"].isna().all()
     assert rows["energy_source"].eq("nvml").all() and rows["energy_unit"].eq("call").all()
-    # The counter runs at 250 W of wall time: a call's joules are 250 W x its time in the energy's own window of calls
-    # (longer than the samples' where other work on this shared machine slows the calls meanwhile).
-    assert ((rows["energy_j"] >= 0.9 * 250 * rows["min_s"]) & (rows["energy_j"] <= 10 * 250 * rows["mean_s"])).all()
+    # The counter runs at 250 W of wall time: a call's joules are 250 W x its time in the energy's own window of calls.
+    # Other work on this shared machine slows some calls, in the samples or in that window: the bounds leave a factor of
+    # five either way, and still tell joules per call from per sample (20 calls), per window or millijoules.
+    assert ((rows["energy_j"] >= 0.2 * 250 * rows["min_s"]) & (rows["energy_j"] <= 10 * 250 * rows["mean_s"])).all()
     assert set(rows["warmup_stop"]) <= {"stable", "time limit"} and (rows["warmup_s"] > 0).all()
     recorded = json.loads((tmp_path / "gpu" / "environment.json").read_text(encoding="utf-8"))["device_state"]
     assert recorded["gpu"] == {
