@@ -463,11 +463,14 @@ class PyTorchBackend:
         compiled_for: set[int] = set()
 
         def generate(new_tokens: int) -> Any:
+            # The first call for a number of new tokens sets the static cache up eagerly (a graph compiled for an empty
+            # cache would serve that call alone), then compiles: both before the warm-up (inductor's compilers are other
+            # processes, which the warm-up would measure as interference).
+            if new_tokens not in compiled_for:
+                eager.generate(new_tokens)
+                compiled_for.add(new_tokens)
             model.forward = compiled  # only during the call: the same module stays eager for the reference's tokens
             try:
-                if new_tokens not in compiled_for:  # the static cache is set up in the first call, and the second compiles
-                    eager.generate(new_tokens)  # again: both compile now, in the first call (inductor's compilers are other
-                    compiled_for.add(new_tokens)  # processes, which would be measured as interference in the warm-up)
                 return eager.generate(new_tokens)
             finally:
                 del model.forward

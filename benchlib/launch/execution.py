@@ -13,6 +13,7 @@ from benchlib.config.jobs import EnvironmentJob
 from benchlib.launch.kernel import KernelWatch, crash_verdict
 from benchlib.launch.notebook import describe_failure, execute_notebook
 from benchlib.launch.progress import Postfix, ResultsProgress
+from benchlib.measure.sweep import nothing_to_measure
 from benchlib.paths import BENCHMARK_NOTEBOOK
 from benchlib.store.disk import raise_if_disk_full
 from benchlib.store.layout import KERNEL_LOG
@@ -41,7 +42,8 @@ def run_job(
     report: Callable[[str], None] = print,
     postfix: Postfix | None = None,
 ) -> EnvironmentOutcome:
-    """Execute the benchmark notebook for `job` in a fresh kernel; the executed copy goes to its output_dir.
+    """Execute the benchmark notebook for `job` in a fresh kernel; the executed copy goes to its output_dir. A rerun starts
+    none where the round's record exists and its kernel would measure nothing (`sweep.nothing_to_measure`).
 
     When the kernel dies while a cell is in flight, that cell gets a `crashed` row (`oom` when it
     died at the job's memory limit: `crash_verdict`) and the environment starts again in a new
@@ -58,6 +60,9 @@ def run_job(
         with environment_lock(job.output_dir):  # refuse now if another run writes here
             if force and (aside := set_aside_results(job.output_dir)):
                 report(f"{job.name}: earlier results set aside as {aside}")
+            elif not force and job.executed_notebook.exists() and nothing_to_measure(job.params):
+                report(f"{job.name}: every cell of round {job.params.current_round} has its row: nothing to measure, no kernel started")
+                return EnvironmentOutcome(job.name, True, time.perf_counter() - start)
     except (OSError, FolderInUseError) as exc:
         raise_if_disk_full(exc, job.output_dir)
         return EnvironmentOutcome(job.name, False, time.perf_counter() - start, str(exc))

@@ -39,7 +39,7 @@ from benchlib.store.cache import Artefact, recording
 from benchlib.store.disk import is_disk_full, raise_if_disk_full
 from benchlib.store.layout import results_path
 from benchlib.store.locking import environment_lock
-from benchlib.store.recovery import clear_in_flight, mark_in_flight, resolve_in_flight, row_of_cell
+from benchlib.store.recovery import clear_in_flight, in_flight_path, mark_in_flight, resolve_in_flight, row_of_cell
 from benchlib.store.results import ResultsWriter, finished_cells, is_true, make_row, read_results, repair_results
 from benchlib.workloads import forward, generate
 from benchlib.workloads.agreement import Agreement
@@ -364,6 +364,21 @@ def cells_to_remeasure(rows: pd.DataFrame, grid: list[Cell], attempt: int) -> li
     disturbed = rows[(rows["status"] == status.OK) & is_true(rows["disturbed"]) & (rows["attempts"] < attempt)]
     again = set(finished_cells(disturbed))  # rows of the current round only: see `_run_locked`
     return [cell for cell in grid if cell in again]
+
+
+def nothing_to_measure(params: BenchmarkParams) -> bool:
+    """Whether `run_environment` on `params` would measure nothing: every cell of the grid has its row of this round, none
+    is due to be measured again (`cells_to_remeasure`'s first attempt, as `_run_locked` asks), no cell was left in flight
+    and no row was cut off. A rerun's runner then starts no kernel for the environment (`launch.execution.run_job`)."""
+    output_dir = Path(params.output_dir)
+    results = results_path(output_dir)
+    if in_flight_path(output_dir).exists() or not results.exists() or not results.read_bytes().endswith(b"\n"):
+        return False
+    rows = read_results(results)
+    grid = grid_cells(params)
+    if not finished_cells(rows, params.current_round).issuperset(grid):
+        return False
+    return params.remeasure < 1 or not cells_to_remeasure(rows[rows["round"] == params.current_round], grid, 2)
 
 
 def changed_options(params: BenchmarkParams) -> str:

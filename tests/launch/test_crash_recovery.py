@@ -58,9 +58,12 @@ def test_killed_kernel_costs_only_the_cell_in_flight(tmp_path):
     assert len(crashed) == 1 and crashed.reason.iloc[0].startswith("kernel died (SIGKILL: Killed) while measuring with torch "), rows.reason.tolist()
     assert (crashed.model.iloc[0], crashed.batch_size.iloc[0], crashed.sequence_length.iloc[0]) == (killed["model"], killed["batch_size"], killed["sequence_length"])
 
+    record = (env_dir / "benchmark.ipynb").stat().st_mtime_ns
     again = subprocess.run(smoke(tmp_path / "run"), cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
     assert (env_dir / "results.csv").read_bytes() == after  # nothing measured twice
+    assert "cpu-pytorch: every cell of round 1 has its row: nothing to measure, no kernel started" in again.stdout
+    assert (env_dir / "benchmark.ipynb").stat().st_mtime_ns == record  # the record is the kernel's that measured
 
 
 @pytest.mark.e2e

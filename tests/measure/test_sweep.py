@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 import statistics
+from pathlib import Path
 
 import pytest
 import torch
 
-from benchlib import read_results, run_environment
+from benchlib import read_results, run_environment, status
 from benchlib.backends import without_scikit_learn_in_transformers
 from benchlib.backends.pytorch import PyTorchBackend
-from benchlib.config.params import ParameterError
-from benchlib.store.recovery import read_in_flight
-from benchlib.store.results import COLUMNS
+from benchlib.config.params import CELL, ParameterError, validate_params
+from benchlib.measure.sweep import nothing_to_measure
+from benchlib.store.recovery import clear_in_flight, mark_in_flight, read_in_flight
+from benchlib.store.results import COLUMNS, ResultsWriter, make_row
 from tests.frameworks import run_python
 
 REQUIRED_COLUMNS = (
@@ -190,6 +192,8 @@ def test_an_interrupt_that_a_library_turns_into_another_error_stops_the_sweep(tm
 
 def test_rerun_resumes_without_measuring_finished_cells(tmp_path):
     first = run_environment(params(tmp_path, batch_sizes=[1]), progress=False)
+    assert nothing_to_measure(validate_params(params(tmp_path, batch_sizes=[1])))  # what a rerun's runner asks
+    assert not nothing_to_measure(validate_params(params(tmp_path, batch_sizes=[1, 2])))
     second = run_environment(params(tmp_path, batch_sizes=[1, 2]), progress=False)
     assert len(first) == 1 and len(second) == 2
     assert second.samples_s[0] == first.samples_s[0]
@@ -233,3 +237,26 @@ def test_memory_limit_turns_an_oversized_cell_into_oom(tmp_path):
         """
     )
     assert found == [["oom", "ok"], 3 * 2**30]
+
+
+def test_nothing_is_left_to_measure_only_with_every_cell_of_the_round_kept_none_due_again_none_in_flight_none_cut_off(tmp_path):
+    """What a rerun's runner asks before starting a kernel (`launch.execution.run_job`)."""
+    p = validate_params(params(tmp_path, sequence_lengths=[8, 16], remeasure=1))
+    folder = Path(p.output_dir)
+    cell = {"environment": p.environment, "model": "bert-base-cased", "batch_size": 1, "scenario": CELL, "round": 1, "attempt": 1}
+    assert not nothing_to_measure(p)  # nothing measured yet
+    with ResultsWriter(folder) as writer:
+        writer.append(make_row({**cell, "sequence_length": 8, "disturbed": False}, status.OK))
+        assert not nothing_to_measure(p)  # 1x16 has no row
+        writer.append(make_row({**cell, "sequence_length": 16, "disturbed": True}, status.OK))
+        assert not nothing_to_measure(p)  # 1x16 is due to be measured again
+        assert nothing_to_measure(p.model_copy(update={"remeasure": 0}))
+        writer.append(make_row({**cell, "sequence_length": 16, "disturbed": True, "attempt": 2}, status.OK))
+    assert nothing_to_measure(p)  # measured again, still disturbed: kept as it is (the kernel's first remeasure finds none)
+    assert not nothing_to_measure(p.model_copy(update={"current_round": 2}))
+    mark_in_flight(folder, {**cell, "sequence_length": 8, "attempt": 2})
+    assert not nothing_to_measure(p)
+    clear_in_flight(folder)
+    with open(folder / "results.csv", "ab") as file:
+        file.write(b"cpu-pytorch,pytorch,eager")  # a row cut off by a killed process
+    assert not nothing_to_measure(p)
