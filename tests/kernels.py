@@ -60,10 +60,10 @@ def kill_mid_cell(
 
 
 @contextlib.contextmanager
-def running(command: list[str]) -> Iterator[subprocess.Popen]:
-    """`command` started from the kit's folder, its output (both streams) captured as text; killed on the way out if it
-    still runs, so that a failed test leaves no runner behind."""
-    process = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def running(command: list[str], env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
+    """`command` started from the kit's folder (with environment `env`, else this process's), its output (both streams)
+    captured as text; killed on the way out if it still runs, so that a failed test leaves no runner behind."""
+    process = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
         yield process
     finally:

@@ -24,8 +24,6 @@ import contextlib
 import itertools
 import json
 import re
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,25 +183,26 @@ def _constructed(construct: Callable[..., object], destroy: Callable[[object], N
 
 def _start_test(test: object, samples: Sequence[np.ndarray], loop: ServingLoop, folder: Path, kept: Sequence[str]) -> None:
     """Run LoadGen's `test` against `loop` (closed when LoadGen has finished, raising a worker's failure), its queries rows
-    of `samples`, its logs written in a scratch folder of which the files `kept` are copied into `folder` (created)."""
+    of `samples`, its logs written in `folder` (created), of which only the files `kept` stay. A kernel killed meanwhile
+    leaves LoadGen's files in that trial's folder of the run, nowhere else."""
     import mlperf_loadgen as lg
 
     folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="loadgen-") as scratch:
-        output = lg.LogOutputSettings()
-        output.outdir, output.copy_summary_to_stdout = scratch, False
-        log = lg.LogSettings()
-        log.log_output, log.enable_trace = output, False
-        with loop:
+    output = lg.LogOutputSettings()
+    output.outdir, output.copy_summary_to_stdout = str(folder), False
+    log = lg.LogSettings()
+    log.log_output, log.enable_trace = output, False
+    with loop:
 
-            def issue(query_samples: Sequence[object]) -> None:
-                loop.submit(Request(sample.id, samples[sample.index]) for sample in query_samples)
+        def issue(query_samples: Sequence[object]) -> None:
+            loop.submit(Request(sample.id, samples[sample.index]) for sample in query_samples)
 
-            with _constructed(lg.ConstructSUT, lg.DestroySUT, issue, lambda: None) as sut, \
-                 _constructed(lg.ConstructQSL, lg.DestroyQSL, len(samples), len(samples), lambda _: None, lambda _: None) as qsl:  # fmt: skip
-                lg.StartTestWithLogSettings(sut, qsl, test, log)
-        for name in kept:
-            shutil.copyfile(Path(scratch) / name, folder / name)
+        with _constructed(lg.ConstructSUT, lg.DestroySUT, issue, lambda: None) as sut, \
+             _constructed(lg.ConstructQSL, lg.DestroyQSL, len(samples), len(samples), lambda _: None, lambda _: None) as qsl:  # fmt: skip
+            lg.StartTestWithLogSettings(sut, qsl, test, log)
+    for path in folder.glob("mlperf_log_*"):
+        if path.name not in kept:
+            path.unlink()
 
 
 def run_loadgen(

@@ -4,6 +4,7 @@ row's figures are LoadGen's own summary's."""
 from __future__ import annotations
 
 import math
+import os
 import re
 import shutil
 import sys
@@ -153,14 +154,16 @@ def test_a_rerun_numbers_a_server_cells_trials_after_those_already_written(load_
 @pytest.mark.e2e
 def test_a_kernel_killed_during_a_scenario_leaves_a_crashed_row_and_the_others_are_measured(tmp_path: Path) -> None:
     """The kernel is killed once the server scenario has a trial: that cell is `crashed`, its trials are kept, and a new kernel
-    measures the next scenario (offline)."""
-    run_dir, two = tmp_path / "run", tmp_path / "two.yaml"
+    measures the next scenario (offline). LoadGen's files of the trial it was in stay in the run's folder: none are left
+    in the temporary folder."""
+    run_dir, two, scratch = tmp_path / "run", tmp_path / "two.yaml", tmp_path / "tmp"
+    scratch.mkdir()
     two.write_text("scenario: [server, offline]\n", encoding="utf-8")
     command = [
         sys.executable, "-m", "benchlib", "run", "--grid", "load-smoke", "--models", "gpt2", "--environments", "cpu-pytorch",
         "--params", str(two), "--out", str(run_dir), "--no-summary", "--no-limits", "--quiet",
     ]  # fmt: skip
-    with running(command) as runner:
+    with running(command, env={**os.environ, "TMPDIR": str(scratch)}) as runner:
         killed = kill_mid_cell(run_dir / "cpu-pytorch", runner, min_rows=1, wanted=lambda cell: cell.get("scenario") == "server")
         output, _ = runner.communicate(timeout=600)
     assert runner.returncode == 0, output
@@ -170,6 +173,9 @@ def test_a_kernel_killed_during_a_scenario_leaves_a_crashed_row_and_the_others_a
     assert set(rows.drop("server")["status"]) == {"ok"}
     trials = read_results(run_dir / "cpu-pytorch", trials=True)
     assert (trials["scenario"] == "server").sum() >= 1  # the trials it finished before the kill are kept
+    assert not list(scratch.glob("*loadgen*")), list(scratch.iterdir())
+    for folder in {run_dir / "cpu-pytorch" / log for log in trials["loadgen_log"]}:  # a finished trial keeps its summary and detail only
+        assert sorted(path.name for path in folder.iterdir()) == sorted([LOADGEN_DETAIL, LOADGEN_SUMMARY])
 
 
 @pytest.mark.e2e
