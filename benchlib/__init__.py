@@ -51,9 +51,9 @@ _EXPORTS: dict[str, str] = {
     "render_summary": "benchlib.report.render",
     "claims_table": "benchlib.analysis.claims",
     "display_path": "benchlib.paths",
-    "show_table": "benchlib.report.render",
-    "show_figure": "benchlib.report.render",
-    "show_findings": "benchlib.report.render",
+    "show_table": "benchlib.report.display",
+    "show_figure": "benchlib.report.display",
+    "show_findings": "benchlib.report.display",
 }
 # The modules the summary notebook uses, by their own names and two by the names it gives them, imported when first used.
 _MODULES: dict[str, str] = {
@@ -88,12 +88,8 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time `__getattr__` im
     from benchlib.measure.sweep import run_environment
     from benchlib.paths import display_path
     from benchlib.report import plots, sections
-    from benchlib.report.render import (
-        render_summary,
-        show_figure,
-        show_findings,
-        show_table,
-    )
+    from benchlib.report.display import show_figure, show_findings, show_table
+    from benchlib.report.render import render_summary
     from benchlib.store.results import read_results, results_table
 
 

@@ -56,6 +56,17 @@ def test_the_benchmark_kernel_does_not_import_the_analysis_or_plotting() -> None
     assert found == []
 
 
+def test_the_summary_kernel_does_not_import_the_hosts_rendering() -> None:
+    """What notebooks/summary.ipynb imports to show a run (its sections, their tables, findings and figures): not the
+    notebook rendering of the host (`report.render`: nbformat, whose jsonschema builds its IRI checker's parsers for
+    seconds, nbconvert, papermill), nor a framework."""
+    found = in_fresh_python(
+        "import json, sys; import benchlib; benchlib.sections; benchlib.show_table; benchlib.show_figure; benchlib.show_findings; "
+        "print(json.dumps([m for m in ('nbformat', 'jsonschema', 'nbconvert', 'papermill', 'benchlib.report.render', 'torch', 'tensorflow') if m in sys.modules]))"
+    )
+    assert found == []
+
+
 def test_the_command_line_starts_without_scipy_stats_or_rfc3987_syntax_and_still_validates_notebooks() -> None:
     """What every `benchlib` command imports before its work: neither scipy.stats (imported where a statistic is taken)
     nor jsonschema's IRI checker (`rfc3987_syntax`, seconds to import); nbformat still validates the kit's notebooks."""

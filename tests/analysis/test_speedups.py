@@ -12,7 +12,7 @@ import pytest
 
 from benchlib.analysis import claims, comparisons, runs, speedups, spreadsheet, tables
 from benchlib.report import plots
-from benchlib.report import render as report
+from benchlib.report import display as report
 
 KINDS = {  # environment: framework, mode, precision ("" as in a row written without one)
     "cpu-pytorch": ("pytorch", "eager", ""),

@@ -190,7 +190,7 @@ def show_summary(run: SummaryRun) -> None:
     every present section."""
     from IPython.display import Markdown, display
 
-    from benchlib.report.render import show_findings
+    from benchlib.report.display import show_findings
 
     display(Markdown(run.runs_line()))
     for part in present(run):

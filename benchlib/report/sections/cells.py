@@ -8,7 +8,7 @@ import pandas as pd
 from benchlib.analysis import speedups, tables
 from benchlib.analysis.claims import claims_table
 from benchlib.report import plots
-from benchlib.report.render import show_figure, show_table
+from benchlib.report.display import show_figure, show_table
 from benchlib.report.sections.base import CELLS, SummaryRun, section
 
 

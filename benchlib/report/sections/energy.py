@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from benchlib.analysis import energy
-from benchlib.report.render import show_table
+from benchlib.report.display import show_table
 from benchlib.report.sections.base import CELLS, SummaryRun, section
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from benchlib.analysis import generation, runs
 from benchlib.report import plots
-from benchlib.report.render import show_figure, show_table
+from benchlib.report.display import show_figure, show_table
 from benchlib.report.sections.base import GENERATION, SummaryRun, section
 
 

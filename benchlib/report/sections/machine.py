@@ -9,7 +9,7 @@ from IPython.display import Markdown, display
 from benchlib.analysis import efficiency, quality, speedups, tables
 from benchlib.measure import peak as machine_limits
 from benchlib.report import plots
-from benchlib.report.render import show_figure, show_table
+from benchlib.report.display import show_figure, show_table
 from benchlib.report.sections.base import CELLS, SummaryRun, section
 
 

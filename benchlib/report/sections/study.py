@@ -10,7 +10,7 @@ from IPython.display import Markdown, display
 
 from benchlib.analysis import runs, spreadsheet, tables
 from benchlib.report import plots
-from benchlib.report.render import show_figure, show_table
+from benchlib.report.display import show_figure, show_table
 from benchlib.report.sections.base import CELLS, SummaryRun, section
 from benchlib.report.sections.cells import claims
 

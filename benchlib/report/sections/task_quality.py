@@ -10,7 +10,7 @@ import pandas as pd
 from benchlib.analysis import load as under_load
 from benchlib.analysis import speedups, task_quality
 from benchlib.report import plots
-from benchlib.report.render import show_figure, show_table
+from benchlib.report.display import show_figure, show_table
 from benchlib.report.sections.base import QUALITY, SummaryRun, section
 
 

@@ -7,7 +7,7 @@ import pandas as pd
 
 from benchlib.analysis import tune
 from benchlib.report import plots
-from benchlib.report.render import show_figure, show_table
+from benchlib.report.display import show_figure, show_table
 from benchlib.report.sections.base import TUNE, SummaryRun, section
 
 
