@@ -30,20 +30,22 @@ use_torch()  # this process runs PyTorch only: transformers must not import Tens
 
 # The smoke run's catalogue models in `make test`: one of each kind the backends treat apart. A decoder with a key/value
 # cache (GPT-2: TorchScript traces it without the cache) and its distilled student (the summary's distilled-vs-teacher
-# table), a decoder past its positions at the smoke grid's 300 tokens (CTRL: too_long; torch.compile unsupported) and one
+# table), a decoder past its positions at the smoke grid's 300 tokens (CTRL: too_long; unsupported in torch.compile) and one
 # that only TensorFlow builds (Transformer-XL). The encoder is the user's BERT folder (`user_models`: its own weights and
 # tokenizer, in TensorFlow from its PyTorch weights). `--full` runs every catalogue model.
 SMOKE_MODELS_DEFAULT = ["gpt2", "distilgpt2", "ctrl", "transfo-xl-wt103"]
-# torch.compile builds for each model and shape, tens of seconds each on a slow CPU. In `make test` the smoke run gives
-# it the catalogue's models (the GPT-2 pair compiled, ctrl's and Transformer-XL's refusals); the user's Llama folder is
-# compiled in the generate run, and `--full` compiles both user folders here too.
-COMPILED_WITHOUT_USER_MODELS = "cpu-torch-compile"
-# The CPU environments that only `--full` gives the smoke run: variations whose guarantee `make test` checks elsewhere,
-# for less than a kernel of their own each (about 10 s here, twice that on the slowest type). OpenVINO's int8 is
-# cpu-openvino's export with its weights compressed: its forward pass agrees within int8's tolerance in
+# The CPU environments that only `--full` gives the smoke run: variations of a runtime whose guarantee `make test` checks
+# elsewhere, for less than a kernel of their own each (8 to 20 s here, about twice that on the slowest type; torch.compile's
+# about 50 s, its builds). Each one's forward pass agrees with eager PyTorch on GPT-2 in the pytest process
+# (tests/backends/test_backends.py: torch.compile, PyTorch's and OpenVINO's bfloat16, ONNX Runtime's int8), and its
+# runtime's kernel starts in a run of `make test`: torch.compile's and PyTorch bfloat16's in the generate run (the user's
+# Llama folder compiled), ONNX Runtime int8's in tests/analysis/test_cost.py's runs, OpenVINO's in the smoke run. OpenVINO's
+# int8 is cpu-openvino's export with its weights compressed: its forward pass agrees within int8's tolerance in
 # tests/backends/test_optimum_generate.py. Eager attention is cpu-pytorch's kernel with one option: measured beside sdpa
 # in tests/backends/test_backends.py, and in tests/measure/test_memory.py's peak-memory comparison.
-SMOKE_FULL_ONLY = ("cpu-openvino-int8", "cpu-pytorch-eager-attention")
+SMOKE_FULL_ONLY = (
+    "cpu-torch-compile", "cpu-pytorch-bf16", "cpu-onnxruntime-int8", "cpu-openvino-bf16", "cpu-openvino-int8", "cpu-pytorch-eager-attention",
+)  # fmt: skip
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -311,24 +313,17 @@ def by_models(plan: dict[str, list[str]]) -> dict[str, list[str]]:
 
 
 @pytest.fixture(scope="session")
-def smoke_plan(request: pytest.FixtureRequest, smoke_models: list[str], user_models: dict[str, Path]) -> dict[str, list[str]]:
-    """The smoke run's CPU environments (but SMOKE_FULL_ONLY's, unless `--full`), each with its models: `smoke_models`, but
-    COMPILED_WITHOUT_USER_MODELS's without the user's folders (unless `--full`)."""
-    mine = {str(path) for path in user_models.values()}
+def smoke_plan(request: pytest.FixtureRequest, smoke_models: list[str]) -> dict[str, list[str]]:
+    """The smoke run's CPU environments (but SMOKE_FULL_ONLY's, unless `--full`), each with `smoke_models`."""
     full = request.config.getoption("full")
-    return {
-        environment: [model for model in smoke_models if full or environment != COMPILED_WITHOUT_USER_MODELS or model not in mine]
-        for environment in CPU_ENVIRONMENTS
-        if full or environment not in SMOKE_FULL_ONLY
-    }
+    return {environment: list(smoke_models) for environment in CPU_ENVIRONMENTS if full or environment not in SMOKE_FULL_ONLY}
 
 
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory: pytest.TempPathFactory, network_blocked: NetworkBlock, smoke_plan: dict[str, list[str]]) -> Path:
     """The run folder of `python -m benchlib run --grid smoke --models ... --params text.yaml` over `smoke_plan`'s CPU
-    environments (no summary), each with its `smoke_plan` models (the smoke grid's and `user_models`), text inputs where a model has a
-    tokenizer, with the network blocked (`network_blocked`): a `benchlib run` for each list of models, into one folder,
-    the first measuring the machine's limits.
+    environments and models (the smoke grid's and `user_models`; no summary), text inputs where a model has a tokenizer,
+    with the network blocked (`network_blocked`), the machine's limits measured first.
 
     Made once per test session (a few minutes): each environment is the benchmark notebook
     executed by papermill in its own kernel. Tests must not change it; copy it first.
@@ -336,12 +331,12 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory, network_blocked: Network
     run_dir = tmp_path_factory.mktemp("smoke-run")
     text = tmp_path_factory.mktemp("smoke-params") / "text.yaml"
     text.write_text("inputs: text\n", encoding="utf-8")
-    for number, (models, environments) in enumerate(by_models(smoke_plan).items()):
-        completed = _run_cli(
-            "run", "--grid", "smoke", "--environments", ",".join(environments), "--models", models, "--params", str(text), "--out", str(run_dir),
-            "--no-summary", "--quiet", *(["--no-limits"] if number else []), env=network_blocked.env,
-        )  # fmt: skip
-        assert completed.returncode == 0, f"smoke run failed:\n{completed.stdout}\n{completed.stderr}"
+    (models,) = {",".join(models) for models in smoke_plan.values()}
+    completed = _run_cli(
+        "run", "--grid", "smoke", "--environments", ",".join(smoke_plan), "--models", models, "--params", str(text), "--out", str(run_dir),
+        "--no-summary", "--quiet", env=network_blocked.env,
+    )  # fmt: skip
+    assert completed.returncode == 0, f"smoke run failed:\n{completed.stdout}\n{completed.stderr}"
     return run_dir
 
 

@@ -197,6 +197,7 @@ ENVIRONMENTS = [
     pytest.param(dict(framework="onnxruntime", mode="session"), id="onnxruntime"),
     pytest.param(dict(framework="onnxruntime", mode="session", precision="int8"), id="onnxruntime-int8"),
     pytest.param(dict(framework="openvino", mode="compiled"), id="openvino"),
+    pytest.param(dict(framework="openvino", mode="compiled", precision="bfloat16"), id="openvino-bf16"),
 ]
 
 

@@ -59,7 +59,6 @@ def test_summary_renders_html_tables_and_figures(
 ) -> None:
     run = shutil.copytree(smoke_run, tmp_path / "run")
     expected = smoke_cells(smoke_models, user_models)
-    compiled = smoke_cells(smoke_plan["cpu-torch-compile"], user_models)  # torch.compile's models (tests/conftest.py)
     html = render_summary([run])
 
     assert html == run / "summary.html"
@@ -94,18 +93,19 @@ def test_summary_renders_html_tables_and_figures(
     ok_cells = {env: int((read_results(run / env)["status"] == "ok").sum()) for env in smoke_plan}
     measured = {env for env, count in ok_cells.items() if count}
     speedups = pd.read_csv(run / "tables" / "speedups.csv").set_index("environment")
-    assert set(ENVIRONMENTS) | {"cpu-onnxruntime", "cpu-torch-compile", "cpu-openvino"} <= measured <= set(speedups.index)
+    assert set(ENVIRONMENTS) | {"cpu-onnxruntime", "cpu-openvino"} <= measured <= set(speedups.index)
     assert speedups.loc["cpu-pytorch", "verdict"] == "baseline" and speedups.loc["cpu-pytorch", "cells"] == expected.pytorch_ok
-    # The cells ok in both: ctrl is unsupported by torch.compile, Transformer-XL by every PyTorch-based backend, and
-    # TensorFlow lacks architectures (with --full: 29, 28 and 21).
-    assert speedups.loc["cpu-torch-compile", "cells"] == compiled.pytorch_ok - 1
+    # The cells ok in both: ctrl is unsupported by torch.compile (`make test-full` runs it here), Transformer-XL by every
+    # PyTorch-based backend, and TensorFlow lacks architectures (with --full: 29, 28 and 21).
+    if "cpu-torch-compile" in smoke_plan:
+        assert speedups.loc["cpu-torch-compile", "cells"] == expected.pytorch_ok - 1
     assert speedups.loc["cpu-tensorflow", "cells"] == expected.in_the_study_four
     # OpenVINO's known crash (tests/known_crashes.py) takes its cells out of its environment's count.
     crashed = {env: int(accepted_crash(read_results(run / env), str(user_models["llama"])).sum()) for env in sorted(measured - {"cpu-tensorflow", "cpu-tensorflow-xla"})}
     expected_ok = {env: smoke_cells(smoke_plan[env], user_models).pytorch_ok for env in crashed}
     assert all(expected_ok[env] - 1 - crashes <= speedups.loc[env, "cells"] <= expected_ok[env] - crashes for env, crashes in crashed.items()), crashed
     # Agreement beside the speed-up: every compared float32 environment agrees at least 99% (the user's folders on text).
-    assert (speedups.loc[["cpu-onnxruntime", "cpu-openvino", "cpu-torch-compile", "cpu-tensorflow"], "agreement"] >= 0.99).all()
+    assert (speedups.loc[sorted({"cpu-onnxruntime", "cpu-openvino", "cpu-torch-compile", "cpu-tensorflow"} & measured), "agreement"] >= 0.99).all()
     mine = {str(path) for path in user_models.values()}
     weights = {env: "pretrained, random" if mine <= set(smoke_plan[env]) else "random" for env in speedups["weights"].dropna().index}
     assert speedups["weights"].dropna().to_dict() == weights and "pretrained, random" in weights.values()
