@@ -37,12 +37,11 @@ SMOKE_MODELS_DEFAULT = ["gpt2", "distilgpt2", "ctrl", "transfo-xl-wt103"]
 # The CPU environments that only `--full` gives the smoke run: variations of a runtime whose guarantee `make test` checks
 # elsewhere, for less than a kernel of their own each (8 to 20 s here, about twice that on the slowest type; torch.compile's
 # about 50 s, its builds). Each one's forward pass agrees with eager PyTorch on GPT-2 in the pytest process
-# (tests/backends/test_backends.py: torch.compile, PyTorch's and OpenVINO's bfloat16, ONNX Runtime's int8), and its
-# runtime's kernel starts in a run of `make test`: torch.compile's and PyTorch bfloat16's in the generate run (the user's
-# Llama folder compiled), ONNX Runtime int8's in tests/analysis/test_cost.py's runs, OpenVINO's in the smoke run. OpenVINO's
-# int8 is cpu-openvino's export with its weights compressed: its forward pass agrees within int8's tolerance in
-# tests/backends/test_optimum_generate.py. Eager attention is cpu-pytorch's kernel with one option: measured beside sdpa
-# in tests/backends/test_backends.py, and in tests/measure/test_memory.py's peak-memory comparison.
+# (tests/backends/test_backends.py: torch.compile, PyTorch's and OpenVINO's bfloat16, ONNX Runtime's and OpenVINO's
+# int8), and its runtime's kernel starts in a run of `make test`: torch.compile's and PyTorch bfloat16's in the generate
+# run (the user's Llama folder compiled), ONNX Runtime int8's in tests/analysis/test_cost.py's runs, OpenVINO's in the
+# smoke run. Eager attention is cpu-pytorch's kernel with one option: measured beside sdpa in
+# tests/backends/test_backends.py, and in tests/measure/test_memory.py's peak-memory comparison.
 SMOKE_FULL_ONLY = (
     "cpu-torch-compile", "cpu-pytorch-bf16", "cpu-onnxruntime-int8", "cpu-openvino-bf16", "cpu-openvino-int8", "cpu-pytorch-eager-attention",
 )  # fmt: skip

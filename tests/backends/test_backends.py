@@ -198,6 +198,7 @@ ENVIRONMENTS = [
     pytest.param(dict(framework="onnxruntime", mode="session", precision="int8"), id="onnxruntime-int8"),
     pytest.param(dict(framework="openvino", mode="compiled"), id="openvino"),
     pytest.param(dict(framework="openvino", mode="compiled", precision="bfloat16"), id="openvino-bf16"),
+    pytest.param(dict(framework="openvino", mode="compiled", precision="int8"), id="openvino-int8"),
 ]
 
 
