@@ -312,16 +312,18 @@ def by_models(plan: dict[str, list[str]]) -> dict[str, list[str]]:
 
 
 @pytest.fixture(scope="session")
-def smoke_plan(request: pytest.FixtureRequest, smoke_models: list[str]) -> dict[str, list[str]]:
-    """The smoke run's CPU environments (but SMOKE_FULL_ONLY's, unless `--full`), each with `smoke_models`."""
+def smoke_environments(request: pytest.FixtureRequest) -> list[str]:
+    """The smoke run's CPU environments: all but SMOKE_FULL_ONLY's, unless `--full`."""
     full = request.config.getoption("full")
-    return {environment: list(smoke_models) for environment in CPU_ENVIRONMENTS if full or environment not in SMOKE_FULL_ONLY}
+    return [environment for environment in CPU_ENVIRONMENTS if full or environment not in SMOKE_FULL_ONLY]
 
 
 @pytest.fixture(scope="session")
-def smoke_run(tmp_path_factory: pytest.TempPathFactory, network_blocked: NetworkBlock, smoke_plan: dict[str, list[str]]) -> Path:
-    """The run folder of `python -m benchlib run --grid smoke --models ... --params text.yaml` over `smoke_plan`'s CPU
-    environments and models (the smoke grid's and `user_models`; no summary), text inputs where a model has a tokenizer,
+def smoke_run(
+    tmp_path_factory: pytest.TempPathFactory, network_blocked: NetworkBlock, smoke_environments: list[str], smoke_models: list[str]
+) -> Path:
+    """The run folder of `python -m benchlib run --grid smoke --models ... --params text.yaml` over `smoke_environments`
+    with `smoke_models` (the smoke grid's and `user_models`; no summary), text inputs where a model has a tokenizer,
     with the network blocked (`network_blocked`), the machine's limits measured first.
 
     Made once per test session (a few minutes): each environment is the benchmark notebook
@@ -330,9 +332,9 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory, network_blocked: Network
     run_dir = tmp_path_factory.mktemp("smoke-run")
     text = tmp_path_factory.mktemp("smoke-params") / "text.yaml"
     text.write_text("inputs: text\n", encoding="utf-8")
-    (models,) = {",".join(models) for models in smoke_plan.values()}
     completed = _run_cli(
-        "run", "--grid", "smoke", "--environments", ",".join(smoke_plan), "--models", models, "--params", str(text), "--out", str(run_dir),
+        "run", "--grid", "smoke", "--environments", ",".join(smoke_environments), "--models", ",".join(smoke_models), "--params", str(text),
+        "--out", str(run_dir),
         "--no-summary", "--quiet", env=network_blocked.env,
     )  # fmt: skip
     assert completed.returncode == 0, f"smoke run failed:\n{completed.stdout}\n{completed.stderr}"

@@ -57,13 +57,13 @@ def check_rows(output_dir: Path, grid: dict, environment: dict) -> None:
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("environment", [pytest.param(name, marks=pytest.mark.full) if name in SMOKE_FULL_ONLY else name for name in CPU_ENVIRONMENTS])
-def test_smoke_grid_in_each_cpu_environment(smoke_run: Path, smoke_plan: dict[str, list[str]], user_models: dict[str, Path], environment: str) -> None:
+def test_smoke_grid_in_each_cpu_environment(smoke_run: Path, smoke_models: list[str], user_models: dict[str, Path], environment: str) -> None:
     env = yaml.safe_load((PARAMETERS_DIR / "environments" / f"{environment}.yaml").read_text())
     output_dir = smoke_run / environment
     if env.get("precision") == "bfloat16" and (why := bfloat16_unsupported()):  # a CPU without bfloat16 instructions
         assert set(read_results(output_dir)["status"]) <= {UNSUPPORTED, TOO_LONG} and why in set(read_results(output_dir)["reason"])
         return
-    check_rows(output_dir, {**SMOKE, "models": smoke_plan[environment]}, env)
+    check_rows(output_dir, {**SMOKE, "models": smoke_models}, env)
 
     rows = read_results(output_dir)
     assert set(rows["workload"]) == {"forward"} and rows[["new_tokens", "ttft_s", "tpot_s", "token_agreement"]].isna().all().all()
@@ -87,20 +87,20 @@ def test_smoke_grid_in_each_cpu_environment(smoke_run: Path, smoke_plan: dict[st
 
 
 @pytest.mark.e2e
-def test_user_models_run_in_every_cpu_environment(smoke_run: Path, smoke_plan: dict[str, list[str]], user_models: dict[str, Path]) -> None:
+def test_user_models_run_in_every_cpu_environment(smoke_run: Path, smoke_environments: list[str], user_models: dict[str, Path]) -> None:
     """A Llama-architecture folder and a BERT folder, each with its weights and tokenizer, given with --models: every cell
     ok or unsupported with a reason; ONNX Runtime, OpenVINO and torch.compile (where the smoke run gives it them: `make
     test-full`) agree with eager float32 on the text, and TensorFlow runs the BERT from the PyTorch weights."""
     llama, bert = str(user_models["llama"]), str(user_models["bert"])
-    rows = pd.concat([read_results(smoke_run / environment) for environment in smoke_plan], ignore_index=True)
+    rows = pd.concat([read_results(smoke_run / environment) for environment in smoke_environments], ignore_index=True)
     mine = rows[rows["model"].isin([llama, bert])].set_index(["environment", "model", "sequence_length"])
-    assert len(mine) == len(smoke_plan) * 2 * len(SMOKE["sequence_lengths"])
+    assert len(mine) == len(smoke_environments) * 2 * len(SMOKE["sequence_lengths"])
     crashed = accepted_crash(mine.reset_index(), llama).to_numpy()
     assert set(mine.loc[~crashed, "status"]) <= {OK, UNSUPPORTED} and mine.loc[mine["status"] != OK, "reason"].str.len().gt(0).all()
     assert set(mine.loc[mine["status"] == OK, "inputs"]) == {"text"}
     assert set(mine.xs(llama, level="model")["task"]) == {"causal-lm"} and set(mine.xs(bert, level="model")["task"]) == {"fill-mask"}
     assert set(mine["weights"]) == {"pretrained"}
-    for environment in {"cpu-onnxruntime", "cpu-openvino", "cpu-torch-compile"} & set(smoke_plan):
+    for environment in {"cpu-onnxruntime", "cpu-openvino", "cpu-torch-compile"} & set(smoke_environments):
         cells = mine.loc[environment].loc[llama]
         assert (cells["status"] == OK).all() and (cells["agreement"] >= 0.99).all() and set(cells["agreement_metric"]) == {"top1_agreement"}, environment
     for environment in ("cpu-tensorflow", "cpu-tensorflow-xla"):
