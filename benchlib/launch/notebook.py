@@ -9,6 +9,7 @@ from typing import Any
 
 from benchlib import status
 from benchlib.launch.kernel import KernelWatch
+from benchlib.launch.kernel_process import kernel_command
 from benchlib.store.disk import raise_if_disk_full
 from benchlib.store.recovery import RUNNER_PID_ENV
 
@@ -74,10 +75,15 @@ def kernel_manager_logging_to(
     one of its threads; Linux's PR_SET_PDEATHSIG would kill the kernel when that thread ends, and would
     need Popen's preexec_fn, which is unsafe in a process with threads. tests/launch/test_runner_death.py
     checks it, since the folder's lock (held by the kernel) depends on it.
+
+    The kernel's process is `kernel_process`'s (ipykernel's launcher, which ends without the interpreter's teardown).
     """
     from jupyter_client import AsyncKernelManager
 
     class LoggingKernelManager(AsyncKernelManager):
+        def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
+            return kernel_command(super().format_kernel_cmd(extra_arguments))
+
         async def start_kernel(self, **kw: Any) -> None:
             if managers is not None:
                 managers.append(self)

@@ -33,6 +33,7 @@ from benchlib.config.jobs import plan_run
 from benchlib.launch.certificates import client_security
 from benchlib.launch import connection
 from benchlib.launch.cluster import ClusterRun, connect
+from benchlib.launch.kernel_process import MODULE as KERNEL_MODULE
 from benchlib.launch.connection import ClusterError, ClusterTarget, plan_target
 from benchlib.launch.worker_check import differences, kit_fingerprint
 from benchlib.machine import package_version
@@ -266,7 +267,7 @@ def processes_of(worker: subprocess.Popen) -> list[psutil.Process]:
 
 
 def has_kernel(worker: subprocess.Popen) -> bool:
-    return any("ipykernel_launcher" in " ".join(p.cmdline()) for p in processes_of(worker) if p.is_running())
+    return any(KERNEL_MODULE in p.cmdline() for p in processes_of(worker) if p.is_running())
 
 
 def longer_run_on(address: str, tmp_path: Path, run_dir: Path, *cluster_options: str) -> list[str]:

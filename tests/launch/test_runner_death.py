@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from benchlib import read_results
+from benchlib.launch.kernel_process import MODULE as KERNEL_MODULE
 from benchlib.launch.signals import STOP_SIGNALS, STOPPED_KERNEL_TASKS, Stopped, stop_signals_raise, stoppable, stopping_signal
 from benchlib.paths import PROJECT_ROOT
 from benchlib.store.locking import check_free
@@ -141,7 +142,7 @@ def start_mid_sweep(command: list[str], env_dir: Path) -> tuple[subprocess.Popen
         while not (rows_written(env_dir) >= 1 and read_in_flight(env_dir)):
             assert runner.poll() is None and time.monotonic() < deadline, "no row was written"
             time.sleep(0.05)
-        [kernel] = [p for p in psutil.Process(runner.pid).children(recursive=True) if "ipykernel_launcher" in " ".join(p.cmdline())]
+        [kernel] = [p for p in psutil.Process(runner.pid).children(recursive=True) if KERNEL_MODULE in p.cmdline()]
     except BaseException:
         runner.kill()
         runner.wait()
