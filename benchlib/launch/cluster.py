@@ -45,6 +45,7 @@ from benchlib.launch.execution import DEFAULT_MAX_RESTARTS, EnvironmentOutcome, 
 from benchlib.launch.local import format_duration, measure_machine_limits
 from benchlib.launch.polling import Poller
 from benchlib.launch.worker_check import differences, kit_fingerprint
+from benchlib.measure.sweep import nothing_to_measure
 from benchlib.store.disk import DiskFullError, disk_full, raise_if_disk_full
 from benchlib.store.environment import merge_environment, write_json
 from benchlib.store.layout import ENVIRONMENT_FILE, KERNEL_LOG, LIMITS_FILE, host_file, limits_notebook_device, results_path
@@ -332,7 +333,8 @@ class ClusterRun:
                     self.client.run(_offer_waiting_tasks, workers=list(same))
 
     def _prepare(self, held: contextlib.ExitStack, force: bool) -> tuple[dict[int, EnvironmentOutcome], list[_Task]]:
-        """The tasks of every environment and round; an environment whose folder cannot be opened fails at once."""
+        """The tasks of every environment and round; an environment whose folder cannot be opened fails at once, and one
+        whose round's record is here with every row (`sweep.nothing_to_measure`) gets no task."""
         schedule, rounds = round_schedule(self.jobs), rounds_of(self.jobs)
         outcomes: dict[int, EnvironmentOutcome] = {}
         opened: dict[str, tuple[ReceivedRows, Variable] | str] = {}
@@ -349,8 +351,15 @@ class ClusterRun:
                 self.report(f"{step} {job.name}: FAILED: {problem}")
                 outcomes[index] = EnvironmentOutcome(_outcome_name(job, rounds), False, 0.0, problem)
                 continue
+            if not force and job.executed_notebook.exists() and nothing_to_measure(p):  # as a local run: no kernel for it
+                self.report(f"{step} {job.name}: every cell of round {p.current_round} has its row: nothing to measure, no task")
+                outcomes[index] = EnvironmentOutcome(_outcome_name(job, rounds), True, 0.0)
+                continue
             self.report(f"{step} {job.name}: {job.describe()}: queued")
             tasks.append(_Task(job, index, step, rounds, *problem))
+        for name, entry in opened.items():  # an environment all of whose rounds got no task: no worker reads its rows
+            if not isinstance(entry, str) and all(task.job.name != name for task in tasks):
+                entry[1].delete()
         return outcomes, tasks
 
     def _open(self, held: contextlib.ExitStack, job: EnvironmentJob, force: bool) -> tuple[ReceivedRows, Variable]:

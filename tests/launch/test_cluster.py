@@ -284,7 +284,7 @@ def longer_run_on(address: str, tmp_path: Path, run_dir: Path, *cluster_options:
 def test_a_worker_lost_mid_environment_loses_no_row(tmp_path: Path, cluster: Cluster, preempted: bool) -> None:
     """After its first row, SIGKILL to a worker, its nanny and its kernel at once (the machine is gone), or SIGTERM to
     its `dask worker` process only (what a cloud's preemption notice sends): the environment goes on on the other worker,
-    every cell once, and nothing of the lost worker is left measuring."""
+    every cell once, and nothing of the lost worker is left measuring. Run again, the finished environment gets no task."""
     from distributed import Client
 
     cluster.top_up()
@@ -322,6 +322,13 @@ def test_a_worker_lost_mid_environment_loses_no_row(tmp_path: Path, cluster: Clu
     keys = list(zip(rows["model"], rows["sequence_length"]))
     assert len(keys) == len(set(keys)) == 8 and set(rows["status"]) == {"ok"}
     assert {"benchmark.ipynb", "environment.json", "kernel.log"} <= set(os.listdir(run_dir / "cpu-pytorch"))
+
+    record = (run_dir / "cpu-pytorch" / "benchmark.ipynb").stat().st_mtime_ns
+    again = subprocess.run(command, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)  # the other worker is still there
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "cpu-pytorch: every cell of round 1 has its row: nothing to measure, no task" in again.stdout
+    assert (run_dir / "cpu-pytorch" / "results.csv").read_bytes() == after  # nothing measured twice
+    assert (run_dir / "cpu-pytorch" / "benchmark.ipynb").stat().st_mtime_ns == record  # no worker ran it again
 
 
 def scratch_folders(workers: list[subprocess.Popen], environment: str) -> list[Path]:
