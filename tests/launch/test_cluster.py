@@ -33,8 +33,8 @@ from benchlib.config.jobs import plan_run
 from benchlib.launch.certificates import client_security
 from benchlib.launch import connection
 from benchlib.launch.cluster import ClusterRun, connect
-from benchlib.launch.kernel_process import MODULE as KERNEL_MODULE
 from benchlib.launch.connection import ClusterError, ClusterTarget, plan_target
+from benchlib.launch.kernel_process import MODULE as KERNEL_MODULE
 from benchlib.launch.worker_check import differences, kit_fingerprint
 from benchlib.machine import package_version
 from benchlib.paths import PROJECT_ROOT
