@@ -333,9 +333,8 @@ def smoke_run(
     text = tmp_path_factory.mktemp("smoke-params") / "text.yaml"
     text.write_text("inputs: text\n", encoding="utf-8")
     completed = _run_cli(
-        "run", "--grid", "smoke", "--environments", ",".join(smoke_environments), "--models", ",".join(smoke_models), "--params", str(text),
-        "--out", str(run_dir),
-        "--no-summary", "--quiet", env=network_blocked.env,
+        "run", "--grid", "smoke", "--environments", ",".join(smoke_environments), "--models", ",".join(smoke_models),
+        "--params", str(text), "--out", str(run_dir), "--no-summary", "--quiet", env=network_blocked.env,
     )  # fmt: skip
     assert completed.returncode == 0, f"smoke run failed:\n{completed.stdout}\n{completed.stderr}"
     return run_dir

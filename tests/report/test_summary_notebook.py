@@ -105,8 +105,7 @@ def test_summary_renders_html_tables_and_figures(
     assert all(expected.pytorch_ok - 1 - crashes <= speedups.loc[env, "cells"] <= expected.pytorch_ok - crashes for env, crashes in crashed.items()), crashed
     # Agreement beside the speed-up: every compared float32 environment agrees at least 99% (the user's folders on text).
     assert (speedups.loc[sorted({"cpu-onnxruntime", "cpu-openvino", "cpu-torch-compile", "cpu-tensorflow"} & measured), "agreement"] >= 0.99).all()
-    weights = {env: "pretrained, random" for env in speedups["weights"].dropna().index}  # every environment has the user's folders
-    assert speedups["weights"].dropna().to_dict() == weights and "pretrained, random" in weights.values()
+    assert set(speedups["weights"].dropna()) == {"pretrained, random"}  # every environment has the user's folders
     assert "The fastest environment whose agreement with eager PyTorch float32 is at least 99% in every cell is " in page
     assert "Agreement on random weights says how far an environment's numbers move" in page
     assert (speedups.loc[sorted(measured), "speedup"] > 0).all()
