@@ -137,6 +137,7 @@ def test_notebook_parameters_takes_only_benchmark_parameters() -> None:
 
 
 @pytest.mark.e2e
+@pytest.mark.full  # make test: a killed kernel costs its cell alone (tests/launch/test_crash_recovery.py); an engine that dies, its environment alone (tests/backends/test_serving_engines.py)
 def test_an_environment_whose_kernel_dies_does_not_stop_the_others(tmp_path: Path) -> None:
     """The first environment's kernel is killed mid-sweep (no restart allowed); the second still runs; the exit status says one failed.
 

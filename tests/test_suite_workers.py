@@ -110,6 +110,7 @@ def test_a_run_past_its_limit_names_the_environment_it_was_running_and_since_whe
 
 
 @pytest.mark.e2e
+@pytest.mark.full  # make test: the message of a run past its limit (above); stopping it is Ctrl-C's path (tests/launch/test_runner_death.py)
 def test_a_run_stopped_at_its_limit_fails_the_test_in_one_message_and_leaves_no_process(tmp_path) -> None:
     """A fixture's run stopped by its limit: stopped as Ctrl-C stops it (its kernel with it), and the test fails naming
     the environment that was running. The run's cells take minutes on any machine (a hundred thousand calls each)."""

@@ -482,6 +482,7 @@ def kit_at_another_commit(folder: Path) -> Path:
 
 
 @pytest.mark.e2e
+@pytest.mark.full  # make test: each way a worker's kit differs is one line (above), and a run on the cluster (a worker lost)
 def test_a_worker_with_another_kit_commit_gets_no_task_and_is_named(tmp_path: Path, cluster: Cluster) -> None:
     from distributed import Client
 

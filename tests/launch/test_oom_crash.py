@@ -116,6 +116,7 @@ def killed_at_low_memory(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path
 
 
 @pytest.mark.e2e
+@pytest.mark.full  # make test: the verdicts from a kernel's end and memory (test_crash_verdict), out of memory inside a kernel (tests/measure/test_sweep.py), a killed kernel (test_crash_recovery.py)
 def test_kernel_killed_at_low_memory_stays_crashed(killed_at_low_memory):
     env_dir, _, _ = killed_at_low_memory
     rows = read_results(env_dir)
@@ -125,6 +126,7 @@ def test_kernel_killed_at_low_memory_stays_crashed(killed_at_low_memory):
 
 
 @pytest.mark.e2e
+@pytest.mark.full  # as the test above
 def test_kernel_dying_at_the_memory_limit_is_oom(killed_at_low_memory, tmp_path):
     # The same cell under a limit just above the data memory it needs: a segmentation fault
     # at the limit, as TensorFlow's when an allocation it does not check fails. The limit is sized from

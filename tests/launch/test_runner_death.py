@@ -218,6 +218,7 @@ def test_a_killed_runner_takes_its_kernel_along_and_the_rerun_measures_its_cell_
 
 
 @pytest.mark.e2e
+@pytest.mark.full  # make test: SIGTERM's handling in the runner (above) and a killed runner's kernel and rerun (above)
 def test_sigterm_shuts_the_kernel_down_and_the_rerun_goes_on(tmp_path: Path) -> None:
     env_dir = tmp_path / "run" / "cpu-pytorch"
     command = cli_command(tmp_path / "run", small_grid(tmp_path))

@@ -39,6 +39,7 @@ def started(processes: DaskProcesses, name: str) -> tuple[str, subprocess.Popen,
 
 
 @pytest.mark.e2e
+@pytest.mark.full  # make test loses the scheduler as rows arrive (below) and a cluster worker mid-environment (test_cluster.py)
 def test_a_lost_scheduler_stops_the_run_with_one_line_and_a_rerun_finishes_it(tmp_path: Path) -> None:
     params = tmp_path / "longer.yaml"
     params.write_text(yaml.safe_dump(LONGER), encoding="utf-8")

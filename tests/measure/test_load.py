@@ -152,6 +152,7 @@ def test_a_rerun_numbers_a_server_cells_trials_after_those_already_written(load_
 
 
 @pytest.mark.e2e
+@pytest.mark.full  # make test kills a kernel mid-cell in a forward sweep (tests/launch/test_crash_recovery.py): the same in-flight record
 def test_a_kernel_killed_during_a_scenario_leaves_a_crashed_row_and_the_others_are_measured(tmp_path: Path) -> None:
     """The kernel is killed once the server scenario has a trial: that cell is `crashed`, its trials are kept, and a new kernel
     measures the next scenario (offline). LoadGen's files of the trial it was in stay in the run's folder: none are left

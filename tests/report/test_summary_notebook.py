@@ -170,6 +170,7 @@ def test_render_summary_names_a_missing_run_folder(tmp_path: Path) -> None:
 
 
 @pytest.mark.e2e
+@pytest.mark.full  # make test renders the summary of today's runs (above and tests/report/test_sections.py)
 def test_a_run_from_before_interference_and_probes_renders_and_says_so(tmp_path: Path) -> None:
     run = tmp_path / "old"
     for environment in ("cpu-pytorch", "cpu-tensorflow"):
