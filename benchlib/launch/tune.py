@@ -88,6 +88,20 @@ def point_result(folder: Path, objective: str) -> PointResult:
     return PointResult(figure, refused, columns)
 
 
+def grid_sampler(space: dict[str, list[Any]], seed: int) -> Any:
+    """Optuna's grid sampler, whose check after a trial enqueued by the kit (the default point, or a point a stopped tune
+    left half-measured) passes over the grid id such a trial does not have: Optuna's own raises KeyError when one grid
+    point is left unmeasured then (optuna/optuna#6844), and the search goes on to that point instead."""
+    import optuna
+
+    class GridSampler(optuna.samplers.GridSampler):
+        def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+            if "grid_id" in trial.system_attrs:
+                super().after_trial(study, trial, state, values)
+
+    return GridSampler(space, seed=seed)
+
+
 def study_for(journal: Path, name: str, space: dict[str, list[Any]], objective: str, trials: int, seed: int) -> Any:
     """The Optuna study of one model, created or resumed from `journal`: a grid sampler where the space fits in `trials`,
     TPE otherwise."""
@@ -98,7 +112,7 @@ def study_for(journal: Path, name: str, space: dict[str, list[Any]], objective: 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     journal.parent.mkdir(parents=True, exist_ok=True)
     grid = space_size(space) <= trials
-    sampler = optuna.samplers.GridSampler(space, seed=seed) if grid else optuna.samplers.TPESampler(seed=seed)
+    sampler = grid_sampler(space, seed) if grid else optuna.samplers.TPESampler(seed=seed)
     return optuna.create_study(
         study_name=name, storage=JournalStorage(JournalFileBackend(str(journal))), sampler=sampler, load_if_exists=True,
         direction="maximize" if HIGHER_IS_BETTER[objective] else "minimize",

@@ -44,10 +44,12 @@ def make_run(folder: Path, name: str, price: float, environments: str, params: s
 @pytest.fixture(scope="module")
 def priced_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The small machine: eager PyTorch and ONNX Runtime int8 (whose agreement is held to a target above its own), one
-    round; the big machine: eager PyTorch, two rounds (an interval)."""
+    round; the big machine: eager PyTorch, two rounds (an interval). Half-second LoadGen tests, as the tune's: a rate
+    is all a cost needs."""
     folder = tmp_path_factory.mktemp("priced")
-    small = make_run(folder, *SMALL, "cpu-pytorch,cpu-onnxruntime-int8", "scenario: [server]\nmax_trials: 4\nquality_target: 0.999999\n")
-    big = make_run(folder, *BIG, "cpu-pytorch", "scenario: [server]\nmax_trials: 4\nrounds: 2\n")
+    load = "scenario: [server]\nmax_trials: 3\nmin_duration_s: 0.5\n"
+    small = make_run(folder, *SMALL, "cpu-pytorch,cpu-onnxruntime-int8", f"{load}quality_target: 0.999999\n")
+    big = make_run(folder, *BIG, "cpu-pytorch", f"{load}rounds: 2\n")
     return small, big
 
 
