@@ -116,7 +116,7 @@ def killed_at_low_memory(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path
 
 
 @pytest.mark.e2e
-@pytest.mark.full  # make test: the verdicts from a kernel's end and memory (test_crash_verdict), out of memory inside a kernel (tests/measure/test_sweep.py), a killed kernel (test_crash_recovery.py)
+@pytest.mark.full  # make test: the verdicts from a kernel's end and memory (test_crash_verdict), out of memory under memory_limit_gb in a sweep's process (tests/measure/test_sweep.py), a killed kernel (test_crash_recovery.py)
 def test_kernel_killed_at_low_memory_stays_crashed(killed_at_low_memory):
     env_dir, _, _ = killed_at_low_memory
     rows = read_results(env_dir)
