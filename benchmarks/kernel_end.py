@@ -20,7 +20,7 @@ import time
 
 from jupyter_client import KernelManager
 
-from benchlib.launch.kernel_process import kernel_command
+from benchlib.launch.kernel_process import KitKernelCommand
 
 LOADS = {
     "nothing": "x = 1",
@@ -31,11 +31,8 @@ LOADS = {
 }
 
 
-class KitKernelManager(KernelManager):
-    """A kernel manager starting the kit's kernel process (`benchlib.launch.notebook`'s does the same)."""
-
-    def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
-        return kernel_command(super().format_kernel_cmd(extra_arguments))
+class KitKernelManager(KitKernelCommand, KernelManager):
+    """A kernel manager starting the kit's kernel process, as `benchlib.launch.notebook`'s does."""
 
 
 def one_kernel(manager_class: type[KernelManager], code: str) -> tuple[float, float, float]:

@@ -30,6 +30,13 @@ def kernel_command(command: list[str]) -> list[str]:
     return command
 
 
+class KitKernelCommand:
+    """A jupyter_client kernel manager's mixin (first among its bases): its kernels start as this module's process."""
+
+    def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
+        return kernel_command(super().format_kernel_cmd(extra_arguments))  # type: ignore[misc]
+
+
 def main() -> None:
     """ipykernel's launcher (the current folder off `sys.path` while it loads, as there), then the quick end."""
     if sys.path and (sys.path[0] == "" or Path(sys.path[0]) == Path.cwd()):

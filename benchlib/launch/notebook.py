@@ -9,7 +9,7 @@ from typing import Any
 
 from benchlib import status
 from benchlib.launch.kernel import KernelWatch
-from benchlib.launch.kernel_process import kernel_command
+from benchlib.launch.kernel_process import KitKernelCommand
 from benchlib.store.disk import raise_if_disk_full
 from benchlib.store.recovery import RUNNER_PID_ENV
 
@@ -80,10 +80,7 @@ def kernel_manager_logging_to(
     """
     from jupyter_client import AsyncKernelManager
 
-    class LoggingKernelManager(AsyncKernelManager):
-        def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
-            return kernel_command(super().format_kernel_cmd(extra_arguments))
-
+    class LoggingKernelManager(KitKernelCommand, AsyncKernelManager):
         async def start_kernel(self, **kw: Any) -> None:
             if managers is not None:
                 managers.append(self)

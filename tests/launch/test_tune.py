@@ -50,12 +50,11 @@ def tuned(tmp_path_factory: pytest.TempPathFactory) -> dict:
     first = layout.point_folder(env_dir, MODEL, 0)  # the default; the next point is numbered by its Optuna trial
     with running(command) as runner:
         deadline = time.monotonic() + 300
-        while not (marker := next((read_in_flight(folder) for folder in layout.point_folders(env_dir) if folder != first), None)):
+        while not ((second := next((f for f in layout.point_folders(env_dir) if f != first), None)) and (marker := read_in_flight(second))):
             assert runner.poll() is None and time.monotonic() < deadline, runner.communicate()[0]
             time.sleep(0.05)
         runner.kill()
         runner.wait()
-    second = next(folder for folder in layout.point_folders(env_dir) if folder != first)
     while True:  # the kernel notices its runner is gone within a second or so, and ends
         try:
             os.kill(marker["pid"], 0)
