@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import time
 
 import pytest
 import torch
 
 from benchlib.backends.pytorch import PyTorchBackend
-from benchlib.measure.memory import CellPeakMemory, PeakRSS, clear_refs_available
+from benchlib.measure.memory import CellPeakMemory, PeakRSS, clear_refs_available, collector_paused
 from benchlib.measure.timing import TimingSpec, measure
 from tests.frameworks import run_python
 
@@ -79,6 +80,18 @@ def test_peak_rss_sees_a_short_allocation_and_resets(method):
         pass
     assert big.method == small.method == method
     assert big.bytes > small.bytes + 250 * MIB
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_collector_is_paused_inside_and_as_it_was_after_even_on_an_error(enabled):
+    (gc.enable if enabled else gc.disable)()
+    try:
+        with pytest.raises(ValueError), collector_paused():
+            assert not gc.isenabled()
+            raise ValueError("inside")
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable()
 
 
 def test_unknown_method_is_refused():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import statistics
 from pathlib import Path
@@ -13,6 +14,7 @@ from benchlib import read_results, run_environment, status
 from benchlib.backends import without_scikit_learn_in_transformers
 from benchlib.backends.pytorch import PyTorchBackend
 from benchlib.config.params import CELL, ParameterError, validate_params
+from benchlib.measure import sweep
 from benchlib.measure.sweep import nothing_to_measure
 from benchlib.store.recovery import clear_in_flight, mark_in_flight, read_in_flight
 from benchlib.store.results import COLUMNS, ResultsWriter, make_row
@@ -52,6 +54,24 @@ def test_measured_cell_row_format(tmp_path):
     assert environment["software"]["transformers"].startswith("4.57")
     assert environment["machine"]["cpu"] and environment["machine"]["memory_bytes"] > 0
     assert environment["threads"]["num_threads"] >= 1
+
+
+def test_a_sweep_imports_the_models_code_with_the_collector_paused_and_measures_with_it_running(tmp_path, monkeypatch):
+    """The imports before the first cell run without the cyclic collector (`collector_paused`); the cells as the process
+    runs otherwise."""
+    seen: dict[str, bool] = {}
+
+    def spy(name, real):
+        def call(*args, **kwargs):
+            seen.setdefault(name, gc.isenabled())
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(sweep, name, call)
+
+    spy("import_model_code", sweep.import_model_code)
+    spy("measure_cell", sweep.measure_cell)
+    rows = run_environment(params(tmp_path), progress=False)
+    assert rows["status"].tolist() == ["ok"] and seen == {"import_model_code": False, "measure_cell": True} and gc.isenabled()
 
 
 def test_too_long_and_unsupported_cells_build_nothing(tmp_path, monkeypatch):
