@@ -61,7 +61,7 @@ def imports_frozen() -> Iterator[None]:
 @contextmanager
 def collector_paused() -> Iterator[None]:
     """Inside, the cyclic garbage collector does not run (it runs again on exit, as it was on entry): importing PyTorch or
-    TensorFlow and transformers makes millions of objects, none of them garbage, and the collections that so many
+    TensorFlow and transformers makes millions of objects, hardly any of them garbage, and the collections that so many
     allocations set off are a sixth of the import's time (benchmarks/import_collector.py). Reference counting frees
     what it frees anyway."""
     enabled = gc.isenabled()
