@@ -2,8 +2,8 @@
 (`benchlib.measure.memory.collector_paused`, as `run_environment` does): a rerunnable check.
 
 For each framework, starts `--processes` fresh Python processes of each kind in turn; each does what a kernel does
-before its first cell (`load_backend`, which imports the framework, then `import_model_code` for the smoke grid's
-models) and prints the seconds it took. Prints, per framework, the median of each kind and their ratio.
+before its first cell (`measure.sweep.prepare_environment`: the backend, which imports the framework, and the code of
+a few smoke models) and prints the seconds it took. Prints, per framework, the median of each kind and their ratio.
 
 Run it on a quiet machine, on one core to see the slowest type's side of it:
 
@@ -21,22 +21,20 @@ FRAMEWORKS = {"pytorch": "eager", "tensorflow": "function", "onnxruntime": "sess
 MODELS = ["gpt2", "distilgpt2", "ctrl", "bert-base-cased"]
 
 PREPARE = """
-import contextlib, sys, time
+import contextlib, sys, tempfile, time
+from pathlib import Path
 start = time.perf_counter()
-from benchlib.backends import load_backend, without_scikit_learn_in_transformers
 from benchlib.config.params import validate_params
 from benchlib.measure.memory import collector_paused
-from benchlib.measure.sweep import import_model_code
+from benchlib.measure.sweep import prepare_environment
 framework, mode, paused, models = sys.argv[1], sys.argv[2], sys.argv[3] == "paused", sys.argv[4].split(",")
+output_dir = Path(tempfile.mkdtemp())
 params = validate_params({
     "environment": framework, "framework": framework, "mode": mode, "models": models, "model_scale": "tiny", "batch_sizes": [1],
-    "sequence_lengths": [8], "output_dir": "unused",
+    "sequence_lengths": [8], "output_dir": str(output_dir),
 })
 with collector_paused() if paused else contextlib.nullcontext():
-    load_backend(framework, mode)
-    without_scikit_learn_in_transformers()
-    for name in models:
-        import_model_code(params.model_spec(name), params)
+    prepare_environment(params, output_dir, models)
 print(time.perf_counter() - start)
 """
 

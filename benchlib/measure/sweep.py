@@ -352,6 +352,21 @@ def import_model_code(spec: ModelSpec, params: BenchmarkParams) -> None:
         raise_if_interrupted(exc)
 
 
+def prepare_environment(params: BenchmarkParams, output_dir: Path, models: list[str]) -> tuple[Backend, dict[str, str | None]]:
+    """What a kernel does before its first cell: the environment's backend (its framework imported), why each of
+    `models` cannot run here (None where it can), and the code of those that can imported (`import_model_code`)."""
+    backend = load_backend(
+        params.framework, params.mode, params.device, stream_threads(params), params.num_interop_threads,
+        precision=params.precision, options=params.options, seed=params.seed, workload=params.workload, output_dir=output_dir,
+        environment=params.environment,
+    )  # fmt: skip
+    unsupported = {name: model_unsupported(backend, params.model_spec(name), params) for name in models}
+    without_scikit_learn_in_transformers()  # once the backend has told transformers which framework it may import
+    for name in (name for name, reason in unsupported.items() if reason is None):
+        import_model_code(params.model_spec(name), params)
+    return backend, unsupported
+
+
 def first_to_build(spec: ModelSpec, params: BenchmarkParams, shapes: list[tuple[int, int, str]]) -> Cell | None:
     """The first of `shapes` for which `sweep_model` builds the model (it fits the model), or None."""
     return next(((spec.name, b, s, sc) for b, s, sc in shapes if spec.fits(params.positions(s))), None)
@@ -417,16 +432,8 @@ def _run_locked(params: BenchmarkParams, output_dir: Path, progress: bool) -> pd
     grid = grid_cells(params)
     todo = [cell for cell in grid if cell not in done]
 
-    with collector_paused():  # the framework's and the models' imports (`import_model_code`), a sixth faster
-        backend = load_backend(
-            params.framework, params.mode, params.device, stream_threads(params), params.num_interop_threads,
-            precision=params.precision, options=params.options, seed=params.seed, workload=params.workload, output_dir=output_dir,
-            environment=params.environment,
-        )  # fmt: skip
-        unsupported = {name: model_unsupported(backend, params.model_spec(name), params) for name in dict.fromkeys(cell[0] for cell in grid)}
-        without_scikit_learn_in_transformers()  # once the backend has told transformers which framework it may import
-        for name in (name for name, reason in unsupported.items() if reason is None):
-            import_model_code(params.model_spec(name), params)
+    with collector_paused():  # the framework's and the models' imports, a sixth faster
+        backend, unsupported = prepare_environment(params, output_dir, list(dict.fromkeys(cell[0] for cell in grid)))
     meter, monitor = make_meter(), make_monitor(params.device)
     description = describe_environment(params.model_dump(), backend.settings(), backend.versions(), versions_of(params.framework))
     description["interference"] = {"measured": meter is not None, "max_interference": params.max_interference, "method": INTERFERENCE_METHOD}
