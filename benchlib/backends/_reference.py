@@ -134,4 +134,7 @@ def serve(requests: IO[bytes], answers: IO[bytes]) -> None:
 if __name__ == "__main__":
     answers = sys.stdout.buffer
     sys.stdout = sys.stderr  # what the libraries print goes to the kernel's log, not into the answers
-    serve(sys.stdin.buffer, answers)
+    try:
+        serve(sys.stdin.buffer, answers)
+    except KeyboardInterrupt:  # jupyter_client interrupts the kernel's process group as it shuts the kernel down
+        sys.exit(130)  # no traceback in the kernel's log; a kernel still waiting sees the status (`PyTorchWorker._call`)

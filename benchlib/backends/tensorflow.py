@@ -13,7 +13,8 @@ the key/value cache on, exactly n new tokens (`min_length` keeps the end of sequ
 fixed prompt length, the fixed-size input the post pads to, so each cell is one shape, traced (and compiled) once per
 number of new tokens: the cell's, and 1, which the workload times the first token with. In a graph, transformers'
 `generate` cannot make a single token, so one token is `generate`'s first step (`first_token`) in a `tf.function` of its own.
-`generate` branches on tensors (has every sequence ended?): it is traced with AutoGraph.
+`generate` branches on tensors (has every sequence ended?): it is traced with AutoGraph, which leaves the model's forward
+pass to plain tracing where it can (`GenerateGraphs`).
 """
 
 from __future__ import annotations
@@ -179,16 +180,13 @@ class TensorFlowBackend:
             raise Unsupported(reason)
         prompt_length = int(inputs.shape[1])
         config = model.generation_config
-        jit = self.mode == "xla"
-        # Each traces (and in mode xla compiles) at its first call, `whole` once per number of new tokens (a Python int).
-        whole = tf.function(model.generate, jit_compile=jit)
-        first = tf.function(lambda ids, mask: first_token(model, ids, mask, config.eos_token_id), jit_compile=jit)
+        graphs = GenerateGraphs(model, self.mode == "xla", config.eos_token_id)
 
         def generate(new_tokens: int) -> tf.Tensor:
             if new_tokens == 1:
-                return first(inputs, mask)
-            return whole(
-                inputs, max_new_tokens=new_tokens, min_length=prompt_length + new_tokens, do_sample=False, num_beams=1,
+                return graphs.call("first", inputs, mask)
+            return graphs.call(
+                "whole", inputs, max_new_tokens=new_tokens, min_length=prompt_length + new_tokens, do_sample=False, num_beams=1,
                 use_cache=True, pad_token_id=pad_token_id(config), **mask,
             )  # fmt: skip
 
@@ -257,6 +255,40 @@ def traced(forward: Callable[[tf.Tensor], Any], jit: bool, example: tf.Tensor) -
         function = tf.function(forward, jit_compile=jit)
         function.get_concrete_function(example)
     return function
+
+
+class GenerateGraphs:
+    """transformers' `generate` of `model` (`whole`, traced once per number of new tokens, a Python int) and its first
+    step (`first`, `first_token`) in `tf.function`s, XLA's with `jit`, each traced (and compiled) at its first call.
+
+    AutoGraph traces them, for `generate`'s loop branches on tensors (has every sequence ended?), but not into the model's
+    forward pass: its `call` is marked `do_not_convert`, which also keeps AutoGraph out of its layers. Rewriting the
+    forward's source was a quarter of the first call's time or more (tiny GPT-2 on one core: 10.1 s with it, 7.2 s
+    without; XLA's, 11.7 and 9.1 s: docs/measurements.md#tensorflow-generate) and changes nothing in the graph
+    (tests/backends/test_tensorflow_graph.py). A forward pass whose Python branches on a tensor, which only AutoGraph
+    traces, is traced again with AutoGraph throughout."""
+
+    def __init__(self, model: Any, jit: bool, eos_token_id: int | None) -> None:
+        self._model, self._jit, self._eos_token_id = model, jit, eos_token_id
+        if "call" not in vars(model):  # not marked yet (by another cell's graphs)
+            model.call = tf.autograph.experimental.do_not_convert(model.call)
+        self._make()
+
+    def _make(self) -> None:
+        model = self._model
+        self.whole = tf.function(model.generate, jit_compile=self._jit)
+        self.first = tf.function(lambda ids, mask: first_token(model, ids, mask, self._eos_token_id), jit_compile=self._jit)
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tf.Tensor:
+        """`whole` or `first` (`name`) called on the arguments."""
+        try:
+            return getattr(self, name)(*args, **kwargs)
+        except tf.errors.OperatorNotAllowedInGraphError:
+            if "call" not in vars(self._model):  # AutoGraph rewrote the forward pass already
+                raise
+            del self._model.call  # the class's own again, for AutoGraph to rewrite
+            self._make()
+            return getattr(self, name)(*args, **kwargs)
 
 
 def attention_mask(model: Any, ids: tf.Tensor) -> dict[str, tf.Tensor]:
