@@ -48,10 +48,12 @@ def test_import_benchlib_imports_nothing_heavy_and_sets_the_environment_first() 
 
 @pytest.mark.e2e
 def test_the_benchmark_kernel_does_not_import_the_analysis_or_plotting() -> None:
-    """What notebooks/benchmark.ipynb imports to measure: no seaborn, matplotlib, analysis, report or TensorFlow."""
+    """What notebooks/benchmark.ipynb imports to measure, every backend registered: no seaborn, matplotlib, analysis,
+    report or TensorFlow, nor the serving engines' HTTP client."""
     found = in_fresh_python(
         "import json, sys; import benchlib; from benchlib.config.params import notebook_parameters; benchlib.run_environment; benchlib.results_table; "
-        "print(json.dumps([m for m in ('seaborn', 'matplotlib', 'tensorflow', 'papermill', 'benchlib.analysis', 'benchlib.report') if m in sys.modules]))"
+        "from benchlib.backends import registry; registry(); "
+        "print(json.dumps([m for m in ('seaborn', 'matplotlib', 'tensorflow', 'papermill', 'benchlib.analysis', 'benchlib.report', 'httpx') if m in sys.modules]))"
     )
     assert found == []
 

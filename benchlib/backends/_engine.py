@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
+from benchlib.backends import lazy_import
 from benchlib.status import Crashed, Unsupported
 from benchlib.store.cache import cache_root, digest
+
+httpx = lazy_import("httpx")  # imported by a kernel that serves, not by every kernel that loads the backends
 
 READY_PATHS = ("/health", "/v1/models")  # /health first: transformers serve's /v1/models asks the Hub
 PORT_TAKEN = ("address already in use", "errno 98")  # how a server says that its port was taken first

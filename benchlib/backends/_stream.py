@@ -17,8 +17,9 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import httpx
+from benchlib.backends import lazy_import
 
+httpx = lazy_import("httpx")  # imported by a kernel that serves, not by every kernel that loads the backends
 T = TypeVar("T")
 DONE = "[DONE]"
 
