@@ -78,7 +78,7 @@ def test_a_graph_traced_without_autograph_has_the_operations_of_one_traced_with_
 
 
 @pytest.mark.full  # the generate run's TensorFlow tokens are eager PyTorch's (test_generate_run.py); this is the graph's every operation
-def test_generates_graph_with_the_forward_pass_unconverted_has_the_operations_of_one_autograph_rewrote_throughout() -> None:
+def test_the_generate_graph_with_the_forward_pass_unconverted_has_the_operations_of_one_autograph_rewrote_throughout() -> None:
     """Tiny GPT-2 with its language model head: `GenerateGraphs`' `generate` graph, the forward pass left to plain tracing,
     holds the operations of plain `tf.function`'s (AutoGraph throughout), each as many times, its loop's body included,
     and makes the same tokens."""
