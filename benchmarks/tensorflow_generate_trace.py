@@ -25,7 +25,7 @@ import sys
 FIRST_CALL = """
 import json, sys, time
 import numpy as np
-from benchlib.backends.tensorflow import GenerateGraphs, pad_token_id
+from benchlib.backends.tensorflow import GenerateGraphs, generate_options
 import tensorflow as tf
 from benchlib.config.models import ModelRequest, resolve_model
 
@@ -36,7 +36,7 @@ model = spec.instantiate("tensorflow", spec.build_config("tiny", **{**spec.infer
 model(model.dummy_inputs, training=False)
 ids = tf.constant(np.random.default_rng(0).integers(0, 100, (1, 8)), dtype=tf.int32)
 config = model.generation_config
-options = dict(max_new_tokens=4, min_length=12, do_sample=False, num_beams=1, use_cache=True, pad_token_id=pad_token_id(config))
+options = generate_options(config, 8, 4)
 if kind == "forward-unconverted":
     graphs = GenerateGraphs(model, jit, config.eos_token_id)
     call = lambda: graphs.call("whole", ids, **options)

@@ -185,10 +185,7 @@ class TensorFlowBackend:
         def generate(new_tokens: int) -> tf.Tensor:
             if new_tokens == 1:
                 return graphs.call("first", inputs, mask)
-            return graphs.call(
-                "whole", inputs, max_new_tokens=new_tokens, min_length=prompt_length + new_tokens, do_sample=False, num_beams=1,
-                use_cache=True, pad_token_id=pad_token_id(config), **mask,
-            )  # fmt: skip
+            return graphs.call("whole", inputs, **generate_options(config, prompt_length, new_tokens), **mask)
 
         return Generator(generate, lambda output: output[:, prompt_length:].numpy())
 
@@ -255,6 +252,15 @@ def traced(forward: Callable[[tf.Tensor], Any], jit: bool, example: tf.Tensor) -
         function = tf.function(forward, jit_compile=jit)
         function.get_concrete_function(example)
     return function
+
+
+def generate_options(config: Any, prompt_length: int, new_tokens: int) -> dict[str, Any]:
+    """The keyword arguments of a `generate` call after a prompt of `prompt_length` (but the attention mask): greedy, the
+    key/value cache on, exactly `new_tokens` (`min_length` keeps the end of sequence away)."""
+    return {
+        "max_new_tokens": new_tokens, "min_length": prompt_length + new_tokens, "do_sample": False, "num_beams": 1, "use_cache": True,
+        "pad_token_id": pad_token_id(config),
+    }  # fmt: skip
 
 
 class GenerateGraphs:

@@ -86,7 +86,7 @@ def test_the_generate_graph_with_the_forward_pass_unconverted_has_the_operations
         import collections, json
         import numpy as np
         import tensorflow as tf
-        from benchlib.backends.tensorflow import GenerateGraphs, pad_token_id
+        from benchlib.backends.tensorflow import GenerateGraphs, generate_options
         from benchlib.config.models import ModelRequest, resolve_model
 
         spec = resolve_model("distilgpt2", ModelRequest(task="causal-lm"))
@@ -94,7 +94,7 @@ def test_the_generate_graph_with_the_forward_pass_unconverted_has_the_operations
         model(model.dummy_inputs, training=False)  # TensorFlow's own weights: no PyTorch worker
         ids = tf.constant(np.random.default_rng(0).integers(0, 100, (1, 8)), dtype=tf.int32)
         config = model.generation_config
-        options = dict(max_new_tokens=4, min_length=12, do_sample=False, num_beams=1, use_cache=True, pad_token_id=pad_token_id(config))
+        options = generate_options(config, 8, 4)
 
         def operations(concrete):
             graph = concrete.graph.as_graph_def()
