@@ -269,8 +269,8 @@ class GenerateGraphs:
 
     AutoGraph traces them, for `generate`'s loop branches on tensors (has every sequence ended?), but not into the model's
     forward pass: its `call` is marked `do_not_convert`, which also keeps AutoGraph out of its layers. Rewriting the
-    forward's source was a quarter of the first call's time or more (tiny GPT-2 on one core: 10.1 s with it, 7.2 s
-    without; XLA's, 11.7 and 9.1 s: docs/measurements.md#tensorflow-generate) and changes nothing in the graph
+    forward's source was a quarter of the first call's time or more (tiny GPT-2 on one core: 10.3 s with it, 7.3 s
+    without; XLA's, 11.8 and 8.7 s: docs/measurements.md#tensorflow-generate) and changes nothing in the graph
     (tests/backends/test_tensorflow_graph.py). A forward pass whose Python branches on a tensor, which only AutoGraph
     traces, is traced again with AutoGraph throughout."""
 
