@@ -18,6 +18,7 @@ import numpy as np
 
 from benchlib.backends.pytorch import as_array
 from benchlib.config.eval_data import CLASSIFICATION, KIND_METRIC, PERPLEXITY, EvalSet, read_eval_data
+from benchlib.config.models import has_tokenizer
 from benchlib.config.params import GENERATE_TASK
 from benchlib.paths import display_path
 from benchlib.scenarios.loadgen import run_accuracy
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
 
 Columns = dict[str, Any]
 SAMPLE_TEXT = "the text (text_file, or the kit's sample)"  # `quality_data` where a causal model is scored on the text
+# `quality_reason` of a causal model that generates without a tokenizer of its own: no text to read its perplexity on
+NO_TOKENIZER_REASON = "not scored: no tokenizer to read the text with (a catalogue model has none: give a checkpoint folder)"
 
 
 def eval_set(params: BenchmarkParams, spec: ModelSpec) -> EvalSet | None:
@@ -128,6 +131,8 @@ def quality_columns(backend: Backend, model: Any, spec: ModelSpec, params: Bench
         return {}, None
     start = time.perf_counter()
     named = {"quality_data": examples.path if examples.path == SAMPLE_TEXT else display_path(examples.path), "quality_target": params.quality_target}
+    if not has_tokenizer(spec.source):  # generating without eval_data (a set of the user's is checked before any kernel)
+        return {**named, "quality_metric": examples.metric, "quality_reason": NO_TOKENIZER_REASON}, None
     try:
         prepared = prepare_for(spec, params, examples)
         answers, reference = direct_answers(backend, model, prepared, max(params.batch_sizes))

@@ -9,13 +9,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from transformers import AutoTokenizer
 
 from benchlib import read_results
 from benchlib.backends.pytorch import bfloat16_unsupported
 from benchlib.config.jobs import environment_sets
+from benchlib.measure.quality import NO_TOKENIZER_REASON
 from benchlib.paths import PARAMETERS_DIR, PROJECT_ROOT
 from benchlib.status import OK, UNSUPPORTED
 from benchlib.store.layout import FINDINGS_FILE, LIMITS_FILE, SITE_DIR
+from benchlib.workloads.inputs import sample_text
 from tests.conftest import NetworkBlock, RunCli, by_models
 from tests.known_crashes import accepted_crash
 from tests.pages import site_problems
@@ -47,12 +50,16 @@ def environments_of(full: bool) -> list[str]:
     return [environment for environment in GENERATING if full or environment not in FULL_ONLY]
 
 
-def write_short_text(folder: Path) -> Path:
-    """Parameters giving the run a text of one short paragraph: the Llama folder's perplexity (scored in each environment
-    as it generates) is one window, one shape for torch.compile to build, rather than the kit's sample's few (its windows'
-    lengths are tested in tests/measure/test_quality_on_data.py)."""
+def write_short_text(folder: Path, llama: Path) -> Path:
+    """Parameters giving the run a text of one sentence, the sample's first, as many tokens long as the grid's prompt:
+    the Llama folder's perplexity (scored in each environment as it generates) is then one window of the prompt's shape,
+    and torch.compile builds the C++ kernels that its graph and the prompt's graph share once (inductor's cache), rather
+    than the kit's whole sample's windows (their lengths are tested in tests/measure/test_quality_on_data.py)."""
+    sentence = sample_text().split(". ")[0] + "."
+    length = len(AutoTokenizer.from_pretrained(llama)(sentence)["input_ids"])
+    assert [length] == GRID["prompt_lengths"], f"the text's {length} tokens are not the prompt's {GRID['prompt_lengths']}: pick another"
     text = folder / "short.txt"
-    text.write_text("The quick brown fox jumps over the lazy dog, and the dog sleeps on in the sun.\n", encoding="utf-8")
+    text.write_text(sentence + "\n", encoding="utf-8")
     params = folder / "short-text.yaml"
     params.write_text(yaml.safe_dump({"text_file": str(text)}), encoding="utf-8")
     return params
@@ -69,10 +76,10 @@ def generate_run(
     user_models: dict[str, Path], environments: list[str],
 ) -> Path:
     """The generate run: every generating environment (`make test`: but FULL_ONLY's) on both models, but torch.compile
-    on the Llama folder alone (`models_of`), with a text of one paragraph (`write_short_text`), in two `benchlib run` calls
+    on the Llama folder alone (`models_of`), with a text of one sentence (`write_short_text`), in two `benchlib run` calls
     into one run folder, the second making the summary of both."""
     run_dir = tmp_path_factory.mktemp("generate-run")
-    params = write_short_text(tmp_path_factory.mktemp("generate-params"))
+    params = write_short_text(tmp_path_factory.mktemp("generate-params"), user_models["llama"])
     models = ["distilgpt2", str(user_models["llama"])]
     full = request.config.getoption("full")
     groups = by_models({environment: models_of(environment, models, full) for environment in environments})
@@ -137,6 +144,18 @@ def test_float32_environments_generate_eager_pytorchs_tokens(rows: pd.DataFrame)
         assert (cells["token_agreement"] == 1.0).all() and cells["first_divergence"].isna().all(), environment
     reduced = ok[ok["precision"] != "float32"]
     assert reduced["token_agreement"].between(0, 1).all()  # reported, whatever it is
+
+
+@pytest.mark.e2e
+def test_each_environment_scores_the_llama_folders_perplexity_and_says_why_gpt2_has_none(rows: pd.DataFrame) -> None:
+    """The user's Llama folder has its tokenizer: its perplexity on the text, scored in every environment that generated
+    with it, float32's keeping eager float32's. The catalogue's GPT-2 is built from its configuration, with no tokenizer
+    to read the text with: not scored, and its rows say so."""
+    ok = rows[rows["status"] == OK]
+    llama, gpt2 = ok[ok["model"] != "distilgpt2"], ok[ok["model"] == "distilgpt2"]
+    assert set(llama["quality_metric"]) == {"perplexity"} and llama["quality_value"].gt(1).all(), llama["quality_reason"].tolist()
+    assert set(llama.loc[llama["precision"] == "float32", "quality_verdict"]) == {"keeps"}
+    assert set(gpt2["quality_reason"]) == {NO_TOKENIZER_REASON} and gpt2["quality_value"].isna().all()
 
 
 @pytest.mark.e2e
