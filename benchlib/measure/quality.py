@@ -124,8 +124,9 @@ def own_part(answer: np.ndarray, prepared: Prepared, row: int) -> np.ndarray:
 
 
 def quality_columns(backend: Backend, model: Any, spec: ModelSpec, params: BenchmarkParams) -> tuple[Columns, Prepared | None]:
-    """The model's quality columns in this environment (none where it is not scored), and the set as prepared (for the
-    accuracy test under load). A failure to score is the columns' `quality_reason`; the cells are measured still."""
+    """The model's quality columns in this environment (none where nothing applies to it), and the set as prepared (for
+    the accuracy test under load). A failure to score, or a text it has no tokenizer to read, is the columns'
+    `quality_reason`; the cells are measured still."""
     examples = eval_set(params, spec)
     if examples is None:
         return {}, None
