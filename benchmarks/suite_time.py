@@ -15,7 +15,9 @@ AVX2-only one included (`make test-full` has none). Exit status 1 when a tier fa
 
 The second reads the files that `make test` writes (`.test-times/*.json`: every test's setup, call and teardown,
 every fixture's setup, each worker, the machine; tests/timings.py) and says, per machine type, where the time
-went: each worker's busy time (the longer is the suite's critical path), the costliest fixtures, tests and files.
+went: each worker's busy time (the longer is the suite's critical path), the costliest fixtures, tests and files, and
+the host's speed meanwhile (the speed probe at the start and end, the hypervisor's steal): compare sessions whose host
+ran alike.
 
 Run it on an otherwise quiet machine: other work slows every test, and the suite's own kernels are
 the only load it should see.
@@ -33,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchlib.measure.probe import PROBE_WORKLOAD
 from benchlib.paths import PROJECT_ROOT
 
 TIMES_DIR = PROJECT_ROOT / ".test-times"  # where `make test` writes each session's times
@@ -69,6 +72,8 @@ def describe(record: dict[str, Any], top: int) -> list[str]:
         f"- `pytest {' '.join(record.get('args', []))}`: {record['wall_s'] / 60:.1f} min of tests, exit status {record['exit_status']}, "
         + ", ".join(f"{count} {outcome}" for outcome, count in sorted(outcomes.items())),
     ]  # fmt: skip
+    if host := record.get("host"):
+        lines.append(host_line(host))
     busy: collections.Counter[str] = collections.Counter()
     by_file: collections.Counter[str] = collections.Counter()
     fixtures: list[tuple[float, str, str, str]] = []
@@ -84,6 +89,13 @@ def describe(record: dict[str, Any], top: int) -> list[str]:
     lines += ["", "| file (setup, calls, teardown) | seconds |", "|---|---:|"]
     lines += [f"| `{path}` | {seconds:.0f} |" for path, seconds in by_file.most_common(top)]
     return [*lines, ""]
+
+
+def host_line(host: dict[str, Any]) -> str:
+    """The host's speed during a session (tests/timings.py): a slower probe or a larger steal explains a slower session."""
+    start, end = host["probe_s"]
+    steal = "not read" if host.get("steal") is None else f"{host['steal']:.1%} of the session's CPUs"
+    return f"- the host: the speed probe ({PROBE_WORKLOAD}) {start * 1e3:.1f} ms at the start, {end * 1e3:.1f} ms at the end; the hypervisor's steal {steal}"
 
 
 def report(paths: list[Path], top: int) -> str:

@@ -1,5 +1,6 @@
 """`make test` on two workers (pytest-xdist, tests/conftest.py): each worker, and every process its tests start, runs on
-its own share of the CPUs, and the modules that share the session's smoke run stay together on one worker."""
+its own share of the CPUs, and the modules that share the session's smoke run stay together on one worker; the times
+the session writes (tests/timings.py) and their report (benchmarks/suite_time.py)."""
 
 from __future__ import annotations
 
@@ -74,6 +75,11 @@ def test_each_worker_and_the_processes_its_tests_start_run_on_its_own_cpus(tmp_p
         assert test["worker"] == record["worker"] and test["outcome"] == "passed" and test["setup"] >= 0.3
         fixtures = {name: (scope, seconds) for name, scope, seconds in test["fixtures"]}
         assert fixtures["slow_fixture"][0] == "module" and fixtures["slow_fixture"][1] >= 0.3
+    # the host's speed beside them (the speed probe at the start and the end, the steal), and the report says it
+    assert len(times["host"]["probe_s"]) == 2 and all(seconds > 0 for seconds in times["host"]["probe_s"]) and 0 <= times["host"]["steal"] <= 1
+    report = subprocess.run([sys.executable, "benchmarks/suite_time.py", "report", str(tmp_path / "times.json")], cwd=PROJECT_ROOT, capture_output=True, text=True)
+    start, end = (f"{seconds * 1e3:.1f} ms" for seconds in times["host"]["probe_s"])
+    assert report.returncode == 0 and f"- the host: the speed probe (numpy float32 matmul 1024x1024, 1 thread, median of 3) {start} at the start, {end} at the end" in report.stdout
 
 
 # One test module of an inner session started with SIGINT ignored: it records whether a process it starts ignores it.

@@ -1,7 +1,9 @@
 """The suite's own time, as `make test` writes it: every test's setup, call and teardown, every fixture's setup, the
 worker each ran on and the machine, in one JSON file per session (`--test-times FILE`), read by
 `benchmarks/suite_time.py report`. Fixtures are timed in the process that sets them up (a pytest-xdist worker) and
-travel to the controller in their test's report (`user_properties`)."""
+travel to the controller in their test's report (`user_properties`). The host's own speed, which moves a cloud
+machine's figures from hour to hour, is recorded beside them: the kit's speed probe at the session's start and end, and
+the hypervisor's steal over the session."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from typing import Any
 import pytest
 
 from benchlib.machine import ONEDNN_ISA_VARIABLES, cpu_class, cpu_flags, cpu_model, usable_cores
+from benchlib.measure.interference import make_meter
+from benchlib.measure.probe import time_workload
 
 FIXTURES_PROPERTY = "fixture_setup_s"  # the user property of a setup report: [[fixture, scope, seconds], ...]
 # The instruction sets that tell the suite's machine types apart, and the switches that cap the code paths used
@@ -58,6 +62,10 @@ class TestTimes:
         self.path = path
         self.start = time.time()
         self.tests: dict[str, dict[str, Any]] = {}
+        self.meter = make_meter()  # the steal of the CPUs this session may use, from /proc/stat (None without it)
+        if self.meter is not None:
+            self.meter.start()
+        self.probe_start_s = time_workload()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         node = getattr(report, "node", None)  # pytest-xdist's worker that ran it; none in a session without workers
@@ -73,10 +81,16 @@ class TestTimes:
         record = {
             "date": datetime.datetime.fromtimestamp(self.start, datetime.timezone.utc).isoformat(timespec="seconds"),
             "wall_s": round(time.time() - self.start, 1), "exit_status": int(exitstatus), "args": session.config.invocation_params.args,
-            "workers": getattr(session.config.option, "numprocesses", None) or 0, "machine": machine(), "tests": self.tests,
+            "workers": getattr(session.config.option, "numprocesses", None) or 0, "machine": machine(), "host": self.host(), "tests": self.tests,
         }  # fmt: skip
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(json.dumps(record, indent=1, default=str), encoding="utf-8")
+
+    def host(self) -> dict[str, Any]:
+        """The speed probe's seconds (`benchlib.measure.probe`) at the session's start and now, and the hypervisor's share
+        of the session's CPUs over the session (None where /proc/stat cannot be read)."""
+        steal = self.meter.stop().steal if self.meter is not None else None
+        return {"probe_s": [round(self.probe_start_s, 5), round(time_workload(), 5)], "steal": None if steal is None else round(steal, 4)}
 
 
 def register(config: pytest.Config) -> None:
