@@ -16,12 +16,14 @@ TINY = {"model": "bert-base-cased", "scale": "tiny", "batch_size": 1, "sequence_
 
 
 def test_kit_and_torch_timer_time_the_same_call():
-    table = fidelity.compare_with_torch_timer([TINY], rounds=2, kit_spec=TimingSpec(repeat=5, number=3), timer_min_run_time=0.05, num_threads=1)
+    table = fidelity.compare_with_torch_timer([TINY], rounds=2, kit_spec=TimingSpec(repeat=5, number=10), timer_min_run_time=0.05, num_threads=1)
     row = table.iloc[0]
     assert row.kit_samples == 10 and row.timer_blocks >= 2
     assert row.median_diff_percent == pytest.approx(100 * (row.kit_median_s / row.timer_median_s - 1))
-    # Both time a 2-layer model of a few hundred microseconds: same order of magnitude even on a busy machine.
-    assert 1e-5 < row.kit_median_s < 0.1 and 0.5 < row.kit_median_s / row.timer_median_s < 2
+    # Both time a 2-layer model of a few hundred microseconds, per call: a sample not divided by its `number` calls would
+    # be 10x the timer's. A busy machine moves one side's median by up to about 2x (the timer's few long blocks take in
+    # what the kit's short samples leave out: 0.5x was seen beside the other test worker), which these bounds allow.
+    assert 1e-5 < row.kit_median_s < 0.1 and 1 / 3 < row.kit_median_s / row.timer_median_s < 3
 
 
 def test_kit_overhead_per_call_is_under_five_microseconds():
